@@ -328,6 +328,9 @@ def apply(db: str, file: str, user: str, fmt: str) -> None:
               "'2026-11-01 08:00:00'.")  # fmt: skip
 @click.option("--until", type=click.DateTime(_TIMES), metavar="TIME",
               help="Only entries logged before TIME (UTC).")  # fmt: skip
+@click.option("--cell-limits", "cell_limits", is_flag=True,
+              help="Instead of entries: what each user (--who: one) used of the policy's "
+              "cell limits in the current period.")  # fmt: skip
 @format_option()
 def audit(
     db: str,
@@ -337,6 +340,7 @@ def audit(
     limit: int,
     since: datetime | None,
     until: datetime | None,
+    cell_limits: bool,
     fmt: str,
 ) -> None:
     """Show the audit log: every query, accepted, refused or failed, newest first.
@@ -354,8 +358,13 @@ def audit(
     Examples:
       sqlsdc audit demo.duckdb --who analyst --decision refused
       sqlsdc audit demo.duckdb --as admin --since 2026-11-01 --until 2026-12-01 --format csv
+      sqlsdc audit demo.duckdb --cell-limits --who analyst
     """
     from sqlsdc import admin
+
+    if cell_limits:  # distinct cells released per user, table and period (policy cell_limits)
+        print_frame(admin.cell_limit_usage(db, user, who=who, con=opened()), fmt)
+        return
 
     if since is not None and until is not None and since >= until:  # "(no rows)", exit 0
         raise click.BadParameter(

@@ -151,6 +151,40 @@ def audit(
         return _with_charges(con, entries, store.AUDIT_COLUMNS)
 
 
+CELL_LIMIT_COLUMNS = ("user_name", "table_name", "per", "cells", "used", "left", "period_start",
+                      "resets_at", "ended")  # fmt: skip
+
+
+def cell_limit_usage(db: str | Path, user: str, *, who: str | None = None,
+                     con=None) -> pd.DataFrame:  # fmt: skip
+    """What each user (``who``: one) used of the policy's cell limits in their current
+    periods (read by an admin; :mod:`sqlsdc.catalog.cell_limits`): one row per limit and user
+    it names (a limit of all users, ``*``, once, counting the distinct cells of everyone), with
+    ``ended`` true where a refused query ended the user's period."""
+    import pandas as pd
+
+    from sqlsdc.catalog import cell_limits
+
+    with _opened(db, con, read_only=True) as con:
+        current = require_admin(con, user)
+        policy = load_policy(current[1], name=current[2])
+        names = [who] if who is not None else list(policy.users)
+        rows, seen = [], set()
+        present = duckdb_schema.table_columns(con, store.S, cell_limits.TABLE)
+        for name in names:
+            usage = cell_limits.usage(con, policy, name, store.now()) if present else []
+            for u in usage:
+                shown = u.limit.user if u.limit.user == "*" else name
+                key = (shown, u.limit.table, u.limit.per, u.ended if shown != "*" else None)
+                if shown == "*" and key in seen:
+                    continue
+                seen.add(key)
+                rows.append((shown, u.limit.table, u.limit.per, u.limit.cells, u.used,
+                             max(u.limit.cells - u.used, 0) if not u.ended else 0, u.start,
+                             u.resets, u.ended if shown != "*" else None))  # fmt: skip
+        return pd.DataFrame(rows, columns=list(CELL_LIMIT_COLUMNS))
+
+
 CHARGE_COLUMNS = ("epsilon", "rho", "delta")  # the budget an audit entry's query was charged
 OUTPUT_COLUMNS = ("name", "method", "created_at", "created_by", "policy_version", "query_id",
                   "sql_text")  # fmt: skip

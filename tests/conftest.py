@@ -21,6 +21,18 @@ DEMO_PERSONS = 20_000
 DEMO_SEED = 7
 
 
+def _without_cell_limits(shipped=demo_policy):
+    """The demo policy without its ``cell_limits``: the session's shared databases take the
+    queries of hundreds of tests, not one analyst's day (tests of the limits set their own,
+    tests/security/test_redteam_s49i.py; the README replay runs the shipped policy)."""
+    document = shipped().document_dict()
+    document.pop("cell_limits", None)
+    return load_policy(document, name="demo-policy.yaml")
+
+
+sqlsdc.demo.build.demo_policy = demo_policy = _without_cell_limits  # before test modules import it
+
+
 def pytest_configure(config):
     """Keep the order below under xdist: ``--dist loadfile`` would otherwise re-sort the files by
     their number of tests, and the long README replay (two tests) would start last."""

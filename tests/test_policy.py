@@ -348,8 +348,8 @@ def test_bounds_on_an_identifier():
     [
         (
             {"colour": "red"},
-            "(top level): unknown key(s) colour; allowed here: budgets, description, limits, "
-            "protection, releases, tables, users, version",
+            "(top level): unknown key(s) colour; allowed here: budgets, cell_limits, description, "
+            "limits, protection, releases, tables, users, version",
         ),
         (
             {"tables__persons__colums": {}},

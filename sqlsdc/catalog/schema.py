@@ -24,6 +24,8 @@ Tables:
     budget_events   privacy-budget grants and resets by administrators: who, when, why
     budget_spend    the DP spend ledger: one row per charged query (user, tables, ε, ρ, δ, cells)
     budget_lock     one row updated by every charge, so concurrent charges serialise
+    cell_allowance  the distinct non-DP cells released to each user per table, and the periods
+                    a refusal ended, for the policy's cell limits (catalog/cell_limits.py)
     dp_cells        noisy DP cells already released (and charged) per user and policy version
     server_users    passwords of ``sqlsdc serve`` users as SCRAM-SHA-256 keys (salt, StoredKey,
                     ServerKey; never the password): ``sqlsdc server-user``
@@ -54,6 +56,19 @@ DP_CELLS_DDL = f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.dp_cells (
         value VARCHAR NOT NULL,
         query_id BIGINT NOT NULL,
         released_at TIMESTAMP NOT NULL)"""
+
+CELL_ALLOWANCE = "cell_allowance"
+# One row per cell released to a user from a table (``cells`` 1, ``cell_hash`` the cell's identity
+# without the user, for the limits of all users together), and one per period a refusal ended
+# (``cells`` 0, no hash); ``entry``, the key, is the sha256 of what identifies the row.
+CELL_ALLOWANCE_DDL = f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.{CELL_ALLOWANCE} (
+    entry VARCHAR PRIMARY KEY,
+    user_name VARCHAR NOT NULL,
+    table_name VARCHAR NOT NULL,
+    cell_hash VARCHAR,
+    cells BIGINT NOT NULL,
+    released_at TIMESTAMP NOT NULL,
+    query_id BIGINT NOT NULL)"""
 
 SERVER_USERS_DDL = f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.server_users (
     user_name VARCHAR PRIMARY KEY,
@@ -197,4 +212,5 @@ DDL = (
         charges BIGINT NOT NULL)""",
     DP_CELLS_DDL,
     SERVER_USERS_DDL,
+    CELL_ALLOWANCE_DDL,
 )

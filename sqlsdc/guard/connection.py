@@ -27,7 +27,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from sqlsdc import errors
-from sqlsdc.catalog import store
+from sqlsdc.catalog import cell_limits, store
 from sqlsdc.catalog.budget import BudgetStatus, Charge, budget_status, policy_limits
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines import duckdb_schema, duckdb_sql, watchdog
@@ -54,6 +54,7 @@ from sqlsdc.guard.dp_pricing import stage_cells
 from sqlsdc.guard.dp_release import DpRelease
 from sqlsdc.guard.engine_failures import cell_conflict, engine_failure
 from sqlsdc.guard.engine_reads import EngineReads
+from sqlsdc.guard.hidden_cells import hidden_cells
 from sqlsdc.guard.holding import IDLE_RELEASE_SECONDS, FileHolding, database_lock
 from sqlsdc.guard.listed_cells import listed
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery
@@ -433,6 +434,7 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
         con, context = self._con, self._context
         for attempt in range(RECORD_RETRIES):
             caching = False  # set once the analyst's SQL has run, when DP cells are cached
+            counting = False  # set as the cells are counted against the cell limits
             committing = False  # set as the COMMIT is sent
             drawn = query_id  # the audit entry's id, once known
             registered: list[str] = []  # the noisy cells' views, to let go after the end
@@ -459,6 +461,14 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
                 caching = noisy is not None
                 self._cache_cells(noisy, paid, drawn, again=attempt > 0)
                 record_release(con, result, query, drawn, self.user)
+                counting = True  # a cell of the same user counted first conflicts: run again
+                cell_limits.charge_cells(
+                    con, context.policy, user=self.user, tables=query.tables, query_id=drawn,
+                    fingerprint=query.fingerprint, at=store.now(),
+                    hidden=partial(hidden_cells, con, query.tree, context.to_sql,
+                                   partial(engine.run, con, timeout=self._time_left()),
+                                   values.num_rows),
+                )  # fmt: skip
                 committing = True
                 con.execute(engine.parsed("COMMIT"))
                 return values, query, drawn, result
@@ -466,7 +476,11 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
                 engine.rollback(con)
                 if committing and self._answered(drawn):  # kept, then the COMMIT raised
                     return values, query, drawn, result
-                if caching and cell_conflict(failure) and attempt + 1 < RECORD_RETRIES:
+                if (
+                    (caching or counting)
+                    and cell_conflict(failure)
+                    and attempt + 1 < RECORD_RETRIES
+                ):
                     time.sleep(0.005 * (attempt + 1))  # a concurrent query cached a cell first
                     continue
                 query_id = store.record_query(
@@ -483,6 +497,8 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
                 raise self._said_paid(engine_failure(failure, query_id), query_id, kept) from None
             except Error as refusal:
                 engine.rollback(con)
+                if isinstance(refusal, cell_limits.CellLimitReached):  # before its audit entry
+                    cell_limits.end_periods(con, refusal, drawn, store.now())
                 kept = self._keep_released(noisy, self._audit_refusal(query_id, sql, refusal),
                                            paid)  # fmt: skip
                 self._said_paid(refusal, query_id, kept)

@@ -35,13 +35,15 @@ Example:
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import sqlglot
 
-from sqlsdc.catalog import store
+from sqlsdc.catalog import cell_limits, store
 from sqlsdc.engines.duckdb import EngineError, register, result_schema, rollback
+from sqlsdc.engines.duckdb import run as run_sql
 from sqlsdc.engines.spark import as_types
 from sqlsdc.engines.spark_translate import check_portable, tables_read, view_name
 from sqlsdc.errors import (
@@ -49,12 +51,14 @@ from sqlsdc.errors import (
     Error,
     NotSupportedError,
     OperationalError,
+    PolicyViolation,
     ProgrammingError,
 )
 from sqlsdc.guard import statement_rate
 from sqlsdc.guard.audited_parameters import audited_text, snapshot
 from sqlsdc.guard.connection import MAX_ANSWER_BYTES, MAX_ANSWER_ROWS
 from sqlsdc.guard.dp_pricing import no_rows
+from sqlsdc.guard.hidden_cells import hidden_cells, opaque_frames
 from sqlsdc.guard.postprocess import check_faults, record_release, values_of
 from sqlsdc.guard.summable import check_summable
 from sqlsdc.guard.validate import check_engine_tables
@@ -138,6 +142,10 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
     try:
         connection._cache_cells(noisy, paid, query_id)
         record_release(con, result, query, query_id, user)
+        hidden = partial(_hidden, connection, con, query, result.num_rows)
+        cell_limits.charge_cells(con, connection.policy, user=user, tables=query.tables,
+                                 query_id=query_id, fingerprint=query.fingerprint,
+                                 at=store.now(), hidden=hidden)  # fmt: skip
         values = values_of(result, query)
         store.record_query(con, query_id, user, version, "accepted", logged,
                            fingerprint=query.fingerprint, rows=values.num_rows)  # fmt: skip
@@ -149,10 +157,31 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
             f"could not record query {query_id}; nothing was returned; run it again (the "
             "engine's message is in the audit log)"
         ) from None
+    except Error as refusal:  # a cell limit's: nothing returned (and the period ends)
+        rollback(con)
+        if isinstance(refusal, cell_limits.CellLimitReached):
+            cell_limits.end_periods(con, refusal, query_id, store.now())
+        audit("refused", refusal)
+        raise
     except BaseException:
         rollback(con)
         raise
     return values
+
+
+def _hidden(connection, con, query, shown: int) -> tuple[int, bool]:
+    """Under a cell limit, a Spark answer must show every cell it computes but the groups its
+    group condition leaves out as published 0 (counted on the DuckDB file Spark's data was
+    copied from, :mod:`sqlsdc.guard.hidden_cells`); a query hiding more (a HAVING, a LIMIT, an
+    outer query) is refused, nothing of it returned."""
+    if any(not plain for _, _, plain in opaque_frames(query.tree)):
+        raise PolicyViolation(
+            "under the policy's cell limits, the Spark engine answers only queries that show "
+            "every cell they compute (no HAVING, LIMIT, DISTINCT, outer query or column "
+            "combining aggregates over protected cells)",
+            "ask the groups themselves and filter or combine them yourself",
+        )
+    return hidden_cells(con, query.tree, connection._context.to_sql, partial(run_sql, con), shown)
 
 
 def _duckdb_types(con, sql: str, noisy) -> pa.Schema:

@@ -4,6 +4,7 @@ from sqlsdc.policy.load import load_policy
 from sqlsdc.policy.model import (
     AggregateKind,
     Budget,
+    CellLimit,
     Column,
     ColumnRole,
     DpSettings,
@@ -26,6 +27,7 @@ from sqlsdc.policy.validate import policy_schema, validate_document
 __all__ = [
     "AggregateKind",
     "Budget",
+    "CellLimit",
     "Column",
     "ColumnRole",
     "DpSettings",

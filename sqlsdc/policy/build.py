@@ -23,6 +23,7 @@ from sqlsdc.policy.model import (
     DEFAULT_STATEMENT_TIMEOUT,
     AggregateKind,
     Budget,
+    CellLimit,
     ClassesOf,
     Column,
     ColumnRole,
@@ -234,6 +235,15 @@ def build_policy(doc: dict, label: str, marks: dict | None = None) -> Policy:
         )
         for b in doc.get("budgets", [])
     )
+    cell_limits = tuple(
+        CellLimit(
+            user=c.get("user", "*"),
+            table=c.get("table", "*").lower(),
+            cells=int(c["cells"]),
+            per=c.get("per", "day"),
+        )  # fmt: skip
+        for c in doc.get("cell_limits", [])
+    )
     return Policy(
         tables=MappingProxyType(tables),
         users=MappingProxyType(users),
@@ -241,6 +251,7 @@ def build_policy(doc: dict, label: str, marks: dict | None = None) -> Policy:
         source=label,
         marks=MappingProxyType(_marks(marks or {})),
         budgets=budgets,
+        cell_limits=cell_limits,
         releases=tuple(dict.fromkeys(r.lower() for r in doc.get("releases", []))),
         statement_timeout=float(
             doc.get("limits", {}).get("statement_timeout_seconds", DEFAULT_STATEMENT_TIMEOUT)

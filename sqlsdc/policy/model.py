@@ -167,6 +167,18 @@ class Budget:
 
 
 @dataclass(frozen=True)
+class CellLimit:
+    """How many distinct non-DP cells ``user`` may be released from ``table`` per ``per`` (a
+    UTC calendar hour, day, week or month; ``*``: all users together / all tables): the bound
+    on queries that bounded noise needs against reconstruction (Dinur & Nissim 2003)."""
+
+    user: str = "*"
+    table: str = "*"
+    cells: int = 0
+    per: str = "day"
+
+
+@dataclass(frozen=True)
 class Suppression:
     """The table every suppressed release of a confidential table is cut from.
 
@@ -272,6 +284,7 @@ class Policy:
     document: MappingProxyType  # the validated source document, for storing and showing
     source: str = "<policy>"
     budgets: tuple[Budget, ...] = ()
+    cell_limits: tuple[CellLimit, ...] = ()  # distinct non-DP cells per user, table, period
     # outputs (protected.NAME of synthesis/anonymisation jobs) analysts read row by row
     releases: tuple[str, ...] = ()
     statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT  # seconds; the policy's, not the user's

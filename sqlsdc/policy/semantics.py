@@ -149,20 +149,8 @@ def _global_problems(doc: dict) -> list[str]:
         problems.append("users: declare at least one user with role admin")
     if dupes := _case_dupes(doc["users"]):  # two principals a typo apart: budgets, audit, login
         problems.append(f"users: names differ only in case: {dupes}; give each user one name")
-    seen_budgets: dict[tuple[str, str], int] = {}
-    for i, budget in enumerate(doc.get("budgets", [])):
-        where = f"budgets.{i}"
-        if budget.get("table", "*") != "*" and budget["table"].lower() not in tables:
-            problems.append(f"{where}.table: table {budget['table']!r} is not declared")
-        if budget.get("user", "*") not in ("*", *doc["users"]):
-            problems.append(f"{where}.user: user {budget['user']!r} is not declared")
-        key = (budget.get("user", "*"), budget.get("table", "*").lower())
-        if key in seen_budgets:  # the later one replaced the earlier, silently
-            problems.append(
-                f"{where}: user {key[0]!r} on table {key[1]!r} has a budget already "
-                f"(budgets.{seen_budgets[key]}); give each user and table one budget"
-            )
-        seen_budgets.setdefault(key, i)
+    problems += _per_user_and_table(doc, tables, "budgets", "a budget", "budget")
+    problems += _per_user_and_table(doc, tables, "cell_limits", "a cell limit", "cell limit")
     releases = [r.lower() for r in doc.get("releases", [])]
     for i, name in enumerate(releases):
         if name in tables:
@@ -395,4 +383,27 @@ def _rule_problems(where: str, kind: str, rule: dict) -> list[str]:
         )
     if rule.get("ptable", {}).get("parity") and top_k > 1:
         problems.append(f"{where}.ptable.parity: even/odd tables need top_k = 1")
+    return problems
+
+
+def _per_user_and_table(doc: dict, tables, section: str, one: str, each: str) -> list[str]:
+    """Problems of the entries of ``section`` (budgets, cell limits): a user or table the
+    policy does not declare, and two entries for one user and table (and period, for cell
+    limits), the later of which replaced the earlier silently."""
+    problems, seen = [], {}
+    for i, entry in enumerate(doc.get(section, [])):
+        where = f"{section}.{i}"
+        if entry.get("table", "*") != "*" and entry["table"].lower() not in tables:
+            problems.append(f"{where}.table: table {entry['table']!r} is not declared")
+        if entry.get("user", "*") not in ("*", *doc["users"]):
+            problems.append(f"{where}.user: user {entry['user']!r} is not declared")
+        period = entry.get("per", "day" if section == "cell_limits" else "")
+        key = (entry.get("user", "*"), entry.get("table", "*").lower(), period)
+        if key in seen:
+            per = f" per {key[2]}" if key[2] else ""
+            problems.append(
+                f"{where}: user {key[0]!r} on table {key[1]!r} has {one}{per} already "
+                f"({section}.{seen[key]}); give each user and table one {each}{per}"
+            )
+        seen.setdefault(key, i)
     return problems

@@ -1,0 +1,282 @@
+"""Cell limits: how many distinct non-DP cells a user, and all users together, may be released
+from a table per period (the policy's ``cell_limits``), enforced in the answer's transaction.
+
+Why: answers with bounded noise to many different overlapping populations reconstruct the data
+(Dinur & Nissim 2003, "Revealing information while preserving privacy", PODS: O(n log² n)
+subset counts with o(√n) noise recover almost all of n secret bits; Dwork & Roth 2014, §8.1).
+The cell key method gives the same population the same noise, but every subset of a
+municipality's ages is another population with independent noise: 300 counts of random halves
+of the ages 0..99 recovered the number of tertiary-educated persons at 98 of 100 ages of a
+municipality (red team s49i, ``benchmarks/reconstruction.py``). No bounded-noise method survives
+unlimited questions; what the policy can bound, as ε bounds DP, is how many it answers.
+
+What counts: a cell is one released value of one group, as the ledger identifies it (the
+query's canonical population, the group's keys, the output column): every ledger row of the
+query whose mechanism is not ``dp`` (counts, sums, suppressed and derived values alike), once
+per table of the query. A cell released to the user before is free, whenever it was (its entry
+is kept); a limit of user ``*`` counts the distinct cells released to anyone in the period.
+
+Refusal without an oracle: the number of new cells is known only once the answer is computed,
+so a refusal says something about the data (that the answer had more new cells than were left).
+A refusal therefore ends the user's period on every limit it passed (an *end mark*, written
+after the answer's transaction rolled back, before the refusal is audited): one bit per user,
+limit and period. After that, a statement is answered only if the user was answered the same
+statement (fingerprint) before and it releases no new cell, a decision that does not depend on
+which cells the data holds.
+
+Cost: one INSERT … ON CONFLICT DO NOTHING of the query's cells from its ledger rows, and, when
+any cell was new, one aggregate over the period's entries; when none was, one look-up of the
+end marks by key. Queries of tables without a limit cost nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlsdc.catalog.schema import CATALOG_SCHEMA, CELL_ALLOWANCE
+from sqlsdc.catalog.store import admin_names
+from sqlsdc.engines.duckdb import parsed
+from sqlsdc.errors import BudgetExhausted
+from sqlsdc.policy import CellLimit, Policy
+
+S = CATALOG_SCHEMA
+TABLE = CELL_ALLOWANCE
+
+_SEP = chr(31)  # a unit separator: never in a user, table or column name or a JSON identity
+
+# the query's cells from its ledger rows, per table: their keys for the user and their hashes
+# without the user; $1 query id, $2 user, $3 tables
+_CELLS = f"""SELECT sha256(concat_ws('{_SEP}', $2::VARCHAR, t.name, l.cell, l.column_name)),
+       t.name, sha256(concat_ws('{_SEP}', t.name, l.cell, l.column_name))
+FROM (SELECT DISTINCT cell, column_name FROM {S}.ledger
+      WHERE query_id = $1 AND mechanism <> 'dp') AS l,
+     (SELECT unnest($3::VARCHAR[]) AS name) AS t"""
+
+# rows given as lists: $1 keys, $2 user, $3 tables, $4 hashes, $5 cells, $6 time, $7 query id
+_ADD = f"""INSERT INTO {S}.{TABLE}
+SELECT unnest($1::VARCHAR[]), $2::VARCHAR, unnest($3::VARCHAR[]), unnest($4::VARCHAR[]), $5,
+       $6, $7"""
+
+
+class CellLimitReached(BudgetExhausted):
+    """A cell limit would be passed; ``ends`` are the end marks (entry, user, limit) that the
+    refusal writes once the answer's transaction is rolled back (:func:`end_periods`)."""
+
+    def __init__(self, message: str, ends: tuple[tuple[str, str, str], ...]):
+        super().__init__(message)
+        self.ends = ends
+
+
+@dataclass(frozen=True)
+class Usage:
+    """A limit and what was used of it in the current period."""
+
+    limit: CellLimit
+    used: int
+    start: datetime
+    resets: datetime
+    ended: bool = False
+
+
+def period(per: str, at: datetime) -> tuple[datetime, datetime]:
+    """The UTC calendar period ``per`` (hour, day, week from Monday, month) holding ``at``:
+    its start and the start of the next."""
+    if per == "hour":
+        start = at.replace(minute=0, second=0, microsecond=0)
+        return start, start + timedelta(hours=1)
+    day = at.replace(hour=0, minute=0, second=0, microsecond=0)
+    if per == "day":
+        return day, day + timedelta(days=1)
+    if per == "week":
+        start = day - timedelta(days=day.weekday())
+        return start, start + timedelta(days=7)
+    start = day.replace(day=1)
+    following = (start + timedelta(days=32)).replace(day=1)
+    return start, following
+
+
+def applicable(policy: Policy, user: str, tables) -> tuple[CellLimit, ...]:
+    """The limits that bound a query of ``user`` on ``tables``: the user's and all users'
+    (``*``), on one of the tables or on all (``*``)."""
+    names = {t.lower() for t in tables}
+    return tuple(
+        limit for limit in policy.cell_limits
+        if limit.user in (user, "*") and (limit.table == "*" or limit.table in names)
+    )  # fmt: skip
+
+
+_FOUND = f"SELECT entry FROM {S}.{TABLE} WHERE entry IN (SELECT unnest($1::VARCHAR[]))"
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256(_SEP.join(parts).encode()).hexdigest()
+
+
+_LOCK = (
+    f"INSERT INTO {S}.{TABLE} VALUES ($1, $2, '', NULL, 0, $3, $4) ON CONFLICT (entry) "
+    "DO UPDATE SET released_at = excluded.released_at, query_id = excluded.query_id"
+)
+
+
+def _lock_entry(user: str) -> str:
+    return hashlib.sha256(_SEP.join(("lock", user)).encode()).hexdigest()
+
+
+def _confidential(policy: Policy, name: str) -> bool:
+    declared = policy.table(name.split(".")[-1])
+    return declared is None or not declared.is_public
+
+
+def _end_entry(user: str, limit: CellLimit, start: datetime) -> str:
+    text = _SEP.join(("end", user, limit.user, limit.table, limit.per, start.isoformat()))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _used(con, limits: tuple[CellLimit, ...], user: str, starts) -> tuple[int, ...]:
+    """One aggregate per limit over the entries of its period: the user's cells, or the
+    distinct cells of everyone (``*``)."""
+    parts, params = [], []
+    for limit, start in zip(limits, starts, strict=True):
+        table = "" if limit.table == "*" else f" AND table_name = '{limit.table}'"
+        since = f"released_at >= ?{table} AND cell_hash IS NOT NULL"
+        if limit.user == "*":  # distinct cells, and the hidden cells of statements (cells > 1)
+            parts.append(
+                f"count(DISTINCT cell_hash) FILTER (WHERE {since} AND cells = 1) + "
+                f"coalesce(sum(cells) FILTER (WHERE {since} AND cells > 1), 0)"
+            )
+            params += [start, start]
+        else:
+            parts.append(f"coalesce(sum(cells) FILTER (WHERE user_name = ? AND {since}), 0)")
+            params += [user, start]
+    text = f"SELECT {', '.join(parts)} FROM {S}.{TABLE}"  # one text per policy: parsed once
+    return tuple(int(n) for n in con.execute(parsed(text), params).fetchone())
+
+
+def charge_cells(con, policy: Policy, *, user: str, tables, query_id: int, fingerprint: str,
+                 at: datetime, hidden: Callable[[], tuple[int, bool]] | None = None,
+                 ) -> None:  # fmt: skip
+    """Count the new cells of ``query_id`` (its ledger rows, already written in this
+    transaction) against the limits that apply; raise :class:`CellLimitReached` (the caller
+    rolls back) when one would be passed or the user's period on one has ended. ``hidden``
+    gives the cells the query computed without releasing them one by one, and whether it ran
+    a count to know (:mod:`sqlsdc.guard.hidden_cells`), charged once per statement text and
+    table."""
+    names = sorted({t.lower() for t in tables if _confidential(policy, t)})
+    limits = applicable(policy, user, names)
+    if not limits:
+        return
+    cells = con.execute(parsed(_CELLS), [query_id, user, names]).fetchall()
+    periods = [period(limit.per, at) for limit in limits]
+    ends = [
+        _end_entry(user, limit, start) for limit, (start, _) in zip(limits, periods, strict=True)
+    ]
+    opaque = [(_digest("opaque", user, name, fingerprint), name) for name in names]
+    # one look-up by key: the periods a refusal ended, and whether this statement's hidden
+    # cells were charged before (then its groups are not counted again)
+    # one look-up by key: which cells were released to the user before, the periods a
+    # refusal ended, whether this statement's hidden cells were charged before (then its
+    # groups are not counted again)
+    asked = [k for k, _, _ in cells] + ends
+    asked += [k for k, _ in opaque] if hidden is not None else []
+    found = {e for (e,) in con.execute(parsed(_FOUND), [asked]).fetchall()}
+    fresh = [c for c in cells if c[0] not in found]
+    if fresh:  # a concurrent query of the user adding one of them first conflicts: run again
+        con.execute(parsed(_ADD), [[c[0] for c in fresh], user, [c[1] for c in fresh],
+                           [c[2] for c in fresh], 1, at, query_id])  # fmt: skip
+    new = len(fresh)
+    ended = found.intersection(ends)
+    unseen = [(k, name) for k, name in opaque if k not in found] if hidden is not None else []
+    count, counted = hidden() if unseen else (0, False)
+    if count or counted:  # 0 too when counted: the statement's groups are not counted again
+        keys, tables_of = [k for k, _ in unseen], [name for _, name in unseen]
+        hashes = [_digest(k, "cells") for k in keys]
+        con.execute(parsed(_ADD), [keys, user, tables_of, hashes, count, at, query_id])
+        new += len(unseen) * count
+    if ended:
+        limit, (_, resets) = next((lim, p) for lim, p, e in zip(limits, periods, ends, strict=True)
+                                  if e in ended)  # fmt: skip
+        if new == 0 and _answered_before(con, user, fingerprint, query_id):
+            return
+        raise CellLimitReached(
+            f"cell limit reached: {_said(limit, user)} ended with a refused query; until "
+            f"{resets:%Y-%m-%d %H:%M} UTC only statements answered to you before are answered "
+            f"again. {_whom(policy)}",
+            (),
+        )
+    if new == 0:
+        return
+    # one row per user that every transaction counting new cells for them updates: two at
+    # once conflict and the second is run again after the first, so neither passes unseen
+    con.execute(parsed(_LOCK), [_lock_entry(user), user, at, query_id])
+    used = _used(con, limits, user, [s for s, _ in periods])
+    passed = [(limit, n, p) for limit, n, p in zip(limits, used, periods, strict=True)
+              if n > limit.cells]  # fmt: skip
+    if not passed:
+        return
+    limit, n, (_, resets) = passed[0]
+    raise CellLimitReached(
+        f"cell limit reached: this query would release {new} new cell(s) (of tables "
+        f"{', '.join(names)}), and {_said(limit, user)} allows {limit.cells} distinct cells a "
+        f"{limit.per}, {limit.cells - (n - new)} of them left before it; nothing was released, "
+        f"and this ends the {limit.per} on this limit for you: until {resets:%Y-%m-%d %H:%M} "
+        f"UTC only statements answered to you before are answered again (cells released "
+        f"before are free). {_whom(policy)}",
+        tuple((_end_entry(user, lim, p[0]), user, lim.table) for lim, _, p in passed),
+    )
+
+
+def _said(limit: CellLimit, user: str) -> str:
+    who = "all users together" if limit.user == "*" else f"user {user!r}"
+    table = "all tables" if limit.table == "*" else f"table {limit.table!r}"
+    return f"the policy's cell limit of {who} on {table} per {limit.per}"
+
+
+def _whom(policy: Policy) -> str:
+    admins = admin_names(policy)
+    return (
+        f"Ask an administrator ({', '.join(admins)}) to raise cell_limits in the policy; "
+        "answers to unlimited questions with bounded noise reconstruct the data, differential "
+        "privacy (a table's method dp) bounds them by a budget instead"
+    )
+
+
+def _answered_before(con, user: str, fingerprint: str, query_id: int) -> bool:
+    row = con.execute(
+        f"SELECT 1 FROM {S}.audit WHERE user_name = $1 AND fingerprint = $2 AND decision = "
+        "'accepted' AND query_id <> $3 LIMIT 1",
+        [user, fingerprint, query_id],
+    ).fetchone()
+    return row is not None
+
+
+def end_periods(con, refusal: CellLimitReached, query_id: int | None, at: datetime) -> None:
+    """Write ``refusal``'s end marks (in their own transaction, after the answer's rolled
+    back): the user's period on each limit it passed is over."""
+    if not refusal.ends:
+        return
+    con.execute(
+        f"INSERT INTO {S}.{TABLE} SELECT e.entry, e.user_name, e.table_name, NULL, 0, $2, $3 "
+        "FROM (SELECT unnest($1::STRUCT(entry VARCHAR, user_name VARCHAR, table_name "
+        "VARCHAR)[]) AS e) ON CONFLICT DO NOTHING",
+        [[{"entry": e, "user_name": u, "table_name": t} for e, u, t in refusal.ends], at,
+         query_id if query_id is not None else -1],
+    )  # fmt: skip
+
+
+def usage(con, policy: Policy, user: str, at: datetime) -> list[Usage]:
+    """What ``user`` used of every limit that names them (or all users) in its current period,
+    and whether a refusal ended it (``sqlsdc audit --json``'s ``cell_limits``)."""
+    limits = tuple(lim for lim in policy.cell_limits if lim.user in (user, "*"))
+    if not limits:
+        return []
+    periods = [period(limit.per, at) for limit in limits]
+    used = _used(con, limits, user, [s for s, _ in periods])
+    ends = [_end_entry(user, lim, p[0]) for lim, p in zip(limits, periods, strict=True)]
+    ended = {e for (e,) in con.execute(
+        f"SELECT entry FROM {S}.{TABLE} WHERE entry IN (SELECT unnest($1::VARCHAR[]))",
+        [ends]).fetchall()}  # fmt: skip
+    return [Usage(lim, int(n), s, r, e in ended)
+            for lim, n, (s, r), e in zip(limits, used, periods, ends, strict=True)]  # fmt: skip
