@@ -15,15 +15,25 @@ import duckdb
 import pytest
 
 import sqlsdc
+from sqlsdc.demo.build import build_demo_database
 from sqlsdc.errors import AnswerTooLarge, InternalError
 
 DP_COUNT = "SELECT COUNT(*) FROM benefits"
 CKM_BY_REGION = "SELECT region, COUNT(*) FROM persons GROUP BY 1 ORDER BY 1"
 
 
+@pytest.fixture(scope="module")
+def ckm_template(tmp_path_factory):
+    """A small CKM demo that no other test asks: the session's shared ``ckm_db`` holds other
+    modules' charges and cached DP cells, which made the charges counted here theirs too."""
+    path = tmp_path_factory.mktemp("dp-beside-ckm") / "demo.duckdb"
+    build_demo_database(path, persons=4000, seed=49)
+    return path
+
+
 @pytest.fixture
-def ckm_copy(ckm_db, tmp_path, copy_database):
-    return copy_database(ckm_db, tmp_path)
+def ckm_copy(ckm_template, tmp_path, copy_database):
+    return copy_database(ckm_template, tmp_path)
 
 
 def _spent(path) -> list[tuple]:
