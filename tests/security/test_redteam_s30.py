@@ -267,6 +267,8 @@ def test_describing_statements_takes_only_the_users_share_of_the_workers(server_
     describe = codec.message(b"D", b"S" + codec.cstr("long"))
     try:
         sessions = [login(running)[0] for _ in range(2)]
+        for sock in sessions:  # the plans take seconds of CPU, many more on a loaded machine
+            sock.settimeout(120)
         with psycopg.connect(running.dsn(user="admin"), autocommit=True) as admin:
             for sock in sessions:
                 sock.sendall(codec.message(b"P", parse) + describe + codec.message(b"S"))
