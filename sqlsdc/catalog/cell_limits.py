@@ -174,8 +174,6 @@ def charge_cells(con, policy: Policy, *, user: str, tables, query_id: int, finge
         _end_entry(user, limit, start) for limit, (start, _) in zip(limits, periods, strict=True)
     ]
     opaque = [(_digest("opaque", user, name, fingerprint), name) for name in names]
-    # one look-up by key: the periods a refusal ended, and whether this statement's hidden
-    # cells were charged before (then its groups are not counted again)
     # one look-up by key: which cells were released to the user before, the periods a
     # refusal ended, whether this statement's hidden cells were charged before (then its
     # groups are not counted again)
