@@ -20,7 +20,10 @@ Refusal without an oracle: the number of new cells is known only once the answer
 so a refusal says something about the data (that the answer had more new cells than were left).
 A refusal therefore ends the user's period on every limit it passed (an *end mark*, written
 after the answer's transaction rolled back, before the refusal is audited): one bit per user,
-limit and period. After that, a statement is answered only if the user was answered the same
+limit and period. Its message states no number but the limit's: the new cells count the
+groups a HAVING or LIMIT hid and the use those of earlier statements, exactly, so "would release
+11 new cells" or "10 left" was an exact count of a population's groups (red team s49n). After
+that, a statement is answered only if the user was answered the same
 statement (fingerprint) before and it releases no new cell, a decision that does not depend on
 which cells the data holds.
 
@@ -214,14 +217,15 @@ def charge_cells(con, policy: Policy, *, user: str, tables, query_id: int, finge
               if n > limit.cells]  # fmt: skip
     if not passed:
         return
-    limit, n, (_, resets) = passed[0]
+    limit, _, (_, resets) = passed[0]
+    # no number from the data or the use: the new cells count the groups a HAVING or LIMIT
+    # hid, exactly, and the use those of earlier statements (red team s49n)
     raise CellLimitReached(
-        f"cell limit reached: this query would release {new} new cell(s) (of tables "
-        f"{', '.join(names)}), and {_said(limit, user)} allows {limit.cells} distinct cells a "
-        f"{limit.per}, {limit.cells - (n - new)} of them left before it; nothing was released, "
-        f"and this ends the {limit.per} on this limit for you: until {resets:%Y-%m-%d %H:%M} "
-        f"UTC only statements answered to you before are answered again (cells released "
-        f"before are free). {_whom(policy)}",
+        f"cell limit reached: this query's new cells (of tables {', '.join(names)}) would "
+        f"pass {_said(limit, user)}, {limit.cells} distinct cells a {limit.per}; nothing was "
+        f"released, and this ends the {limit.per} on this limit for you: until "
+        f"{resets:%Y-%m-%d %H:%M} UTC only statements answered to you before are answered "
+        f"again (cells released before are free). {_whom(policy)}",
         tuple((_end_entry(user, lim, p[0]), user, lim.table) for lim, _, p in passed),
     )
 
