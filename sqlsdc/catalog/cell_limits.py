@@ -210,8 +210,11 @@ def charge_cells(con, policy: Policy, *, user: str, tables, query_id: int, finge
     if new == 0:
         return
     # one row per user that every transaction counting new cells for them updates: two at
-    # once conflict and the second is run again after the first, so neither passes unseen
-    con.execute(parsed(_LOCK), [_lock_entry(user), user, at, query_id])
+    # once conflict and the second is run again after the first, so neither passes unseen;
+    # under a limit of all users, one row shared by all (two users at once each saw the other's
+    # cells missing and passed it together: 16 cells under a limit of 10, red team s49n)
+    for locked in sorted({user} | ({"*"} if any(lim.user == "*" for lim in limits) else set())):
+        con.execute(parsed(_LOCK), [_lock_entry(locked), locked, at, query_id])
     used = _used(con, limits, user, [s for s, _ in periods])
     passed = [(limit, n, p) for limit, n, p in zip(limits, used, periods, strict=True)
               if n > limit.cells]  # fmt: skip

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import threading
 
 import duckdb
 import pytest
@@ -145,3 +146,44 @@ def test_a_refusal_states_no_use_that_holds_hidden_groups(template, tmp_path):
             exact += (LIMIT - 10 - g) in numbers - {LIMIT}
             stated |= numbers
     assert exact == 0 and stated <= {LIMIT}, (exact, stated)  # old: 6 of 6 exact
+
+
+RACE = {
+    "analyst": "SELECT region, COUNT(*) FROM persons GROUP BY region",
+    "other": "SELECT region, SUM(income) FROM persons GROUP BY region",
+}
+
+
+def _race(db) -> list[int]:
+    """Both users' 8-cell queries started at once: the rows of those answered."""
+    cons = {u: sqlsdc.connect(db, user=u) for u in RACE}
+    barrier, answered = threading.Barrier(2), []
+
+    def ask(user):
+        barrier.wait()
+        try:
+            answered.append(len(cons[user].execute(RACE[user]).fetchall()))
+        except CellLimitReached:
+            pass
+
+    threads = [threading.Thread(target=ask, args=(u,)) for u in RACE]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for con in cons.values():
+        con.close()
+    return answered
+
+
+def test_two_users_at_once_do_not_pass_a_limit_of_all_users(template, tmp_path):
+    """Two users' transactions each counted the cells of a limit of all users without the
+    other's (a lock row per user only): both 8-cell answers released under a limit of 10, 6 of
+    6 rounds. A row shared by all users under such a limit makes the second wait and count."""
+    for round_ in range(3):
+        db = tmp_path / f"race{round_}.duckdb"
+        shutil.copy(template, db)
+        document = _policy([{"user": "*", "table": "persons", "cells": 10}]).document_dict()
+        document["users"]["other"] = {"role": "analyst"}
+        sqlsdc.admin.apply(db, load_policy(document, name="s49n"), "admin")
+        assert _race(db) == [8]  # one answered, the other refused (old: [8, 8])
