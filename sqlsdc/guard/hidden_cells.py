@@ -15,10 +15,12 @@ their protected aggregates.
 A frame is *plain* when the SELECT reading it is the statement
 itself (or a branch of a UNION ALL that is) with no condition but the mechanism's own group
 condition (``__cells.x > 0 OR __cells.x IS NULL``: a group whose count is published as 0 is
-left out, as if published), no LIMIT, OFFSET, DISTINCT, QUALIFY, join or window, and no output
-column reading two aggregates. Its cells are all in the ledger but those of the groups its
-group condition left out (a count published as 0 leaves no row, and says so): a total (no
-GROUP BY) missing from the answer is one group of hidden cells, a GROUP BY's are counted.
+left out, as if published), no LIMIT, OFFSET, DISTINCT, QUALIFY, join or window, no output
+column reading two aggregates, and no ORDER BY of an aggregate no output column shows as it is
+(the order of the groups by it tells about every one of them). Its cells are all in the
+ledger but those of the groups its group condition left out (a count published as 0 leaves no
+row, and says so): a total (no GROUP BY) missing from the answer is one group of hidden cells,
+a GROUP BY's are counted.
 """
 
 from __future__ import annotations
@@ -73,13 +75,21 @@ def _plain(select: exp.Select, root: exp.Expr) -> bool:
         return False
     if not _at_top(select, root):
         return False
+    shown = set()  # the aggregates an output column shows as they are
     for projection in select.expressions:
         if projection.find(exp.Window, exp.Subquery) is not None:
             return False
         read = {c.name for c in projection.find_all(exp.Column) if _AGGREGATE.match(c.name)}
         if len(read) > 1:
             return False
-    return True
+        bare = projection.unalias()
+        if isinstance(bare, exp.Column) and _AGGREGATE.match(bare.name):
+            shown.add(bare.name)
+    # an ORDER BY of an aggregate not shown as it is ranks every group by it: 8 regions by
+    # SUM(income), a municipality's ages by a count of any subset, none in the ledger (s49n)
+    order = select.args.get("order")
+    ordered = {c.name for c in order.find_all(exp.Column)} if order is not None else set()
+    return not {name for name in ordered if _AGGREGATE.match(name)} - shown
 
 
 def _keyed(frame: exp.Subquery) -> bool:

@@ -187,3 +187,28 @@ def test_two_users_at_once_do_not_pass_a_limit_of_all_users(template, tmp_path):
         document["users"]["other"] = {"role": "analyst"}
         sqlsdc.admin.apply(db, load_policy(document, name="s49n"), "admin")
         assert _race(db) == [8]  # one answered, the other refused (old: [8, 8])
+
+
+def test_an_order_by_a_hidden_aggregate_is_counted(template, tmp_path):
+    """``SELECT region ... GROUP BY region ORDER BY COUNT(*)`` shows no count but ranks every
+    group by one: old, 10 rankings of the 8 regions (80 cells' order) answered under a limit of
+    20 cells, none counted. Now each is charged its 8 groups: 2 answered, then refused."""
+    db = _fresh(template, tmp_path, "order")
+    answered = 0
+    with sqlsdc.connect(db, user="analyst") as con:
+        for age in range(10):
+            sql = f"SELECT region FROM persons WHERE age = {age} GROUP BY region ORDER BY COUNT(*)"
+            try:
+                con.execute(sql).fetchall()
+                answered += 1
+            except CellLimitReached:
+                break
+        # an ORDER BY of a count it shows costs only its cells (8, not 16): 16 + 8 > 20
+        shown = "SELECT region, COUNT(*) FROM persons WHERE age >= 0 GROUP BY region ORDER BY 2"
+        with pytest.raises(CellLimitReached):
+            con.execute(shown).fetchall()
+    assert answered == 2  # old: 10
+    fresh = _fresh(template, tmp_path, "shown")
+    with sqlsdc.connect(fresh, user="analyst") as con:
+        assert len(con.execute(shown).fetchall()) == 8
+        assert len(con.execute(shown.replace("age >= 0", "age >= 1")).fetchall()) == 8  # 16
