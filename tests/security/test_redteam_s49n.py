@@ -15,6 +15,18 @@ an exact count where one bit was meant (on the 4,000-person demo, limit 20 with 
 take 6 of each). Fixed: the message names the limit, its size and
 when it resets, never a number computed from the data or from what was used.
 
+Found: an ORDER BY of an aggregate the answer does not show (``SELECT region ... GROUP BY region
+ORDER BY COUNT(*)``) ranked every group by a protected value and was charged nothing (no ledger
+cell, and the frame counted as plain): 10 rankings of 8 regions under a limit of 20 cells, 0
+used; unlimited rankings of any GROUP BY by counts of chosen subsets. Fixed: such a frame is not
+plain, its groups times aggregates are charged (2 rankings, then refused); an ORDER BY of a
+shown aggregate costs its cells only.
+
+Found: two users at once passed a limit of all users (``user: "*"``): each transaction locked
+its own user's row and summed the period without the other's uncommitted cells, so two 8-cell
+queries were both answered under a limit of 10 (6 of 6 rounds; one after the other the second
+is refused). Fixed: under a ``*`` limit one row shared by all users is locked too.
+
 Held (what was tried; numbers on a 4,000-person demo, limits of 5 to 1,000 cells a day):
 - query parameters (``age = ?``, 8 values): each a new cell, refused after 5 of 5.
 - qualified or catalog table names (``main.persons``): refused by the guard; ``"PERSONS"``
@@ -27,6 +39,16 @@ Held (what was tried; numbers on a 4,000-person demo, limits of 5 to 1,000 cells
 - HAVING as bisection, ORDER BY ... LIMIT 1 OFFSET k walking the groups, DISTINCT, MAX over a
   derived table of counts, ``IN (SELECT ... HAVING)``: every group of the frame charged (95-96).
 - string_agg/list over a derived table, VALUES, FILTER, correlated EXISTS: refused by the guard.
+- parameters bound into a HAVING (``municipality = ? ... HAVING COUNT(*) > ?``): the
+  fingerprint is of the text with the values, each binding a new statement charged its groups;
+  after the end, new bindings refused (15 tried, 4 answered under 30 cells).
+- a policy re-apply (same limit, larger limit, ``per: hour``, the table spelled ``PERSONS``):
+  the use is kept, 11 of 11 counted across versions; an end mark survives it.
+- ``IN (SELECT ... HAVING)`` and a join with a derived table of counts on another table
+  (households, enterprises): charged on both tables; a scalar subquery in a public-looking
+  WHERE: charged; unnest() to multiply rows past the published-0 groups: refused by the guard;
+  an ORDER BY of a shown sum with suppressed municipalities: every cell charged (30 for 14 rows).
+- the Spark path calls the same ``charge_cells`` and ``opaque_frames``: the fixes apply (not run).
 - the "same cell is free" rule: the identity is the canonical population with its aggregates
   and key values (planner/identity.py), so the same output name over another aggregate or
   another WHERE is another cell.
