@@ -65,14 +65,16 @@ from sqlsdc.errors import InternalError, MicrodataError
 from sqlsdc.guard.validate import validate_release
 from sqlsdc.microdata import perturb
 from sqlsdc.microdata.steps import apply_steps, parse_step
-from tests.test_dp_beside_ckm import _ask
+from tests.test_dp_beside_ckm import _ask, ckm_template  # noqa: F401 - a fixture
 
 MIXED = "SELECT SUM(income), (SELECT COUNT(*) FROM benefits) FROM persons"
 
 
 @pytest.fixture
-def ckm_copy(ckm_db, tmp_path, copy_database):
-    return copy_database(ckm_db, tmp_path)
+def ckm_copy(ckm_template, tmp_path, copy_database):  # noqa: F811
+    """A copy of test_dp_beside_ckm's own small CKM demo: the session's shared ``ckm_db``
+    holds other modules' charges, which the charges counted here would include."""
+    return copy_database(ckm_template, tmp_path)
 
 
 def _protected_tree(path, sql: str, monkeypatch):
