@@ -40,11 +40,9 @@ def template(tmp_path_factory):
 
 
 @pytest.fixture
-def db(template, tmp_path):
+def db(template, tmp_path, copy_database):
     """A private copy: every test starts with an empty ledger."""
-    path = tmp_path / "demo.duckdb"
-    path.write_bytes(template.read_bytes())
-    return path
+    return copy_database(template, tmp_path)
 
 
 def raw(path, sql: str) -> list[tuple]:
