@@ -597,10 +597,12 @@ def record_release(
     query_id: int,
     user: str,
     fingerprint: str,
-) -> None:
-    """Ledger rows for a protected result (:func:`ledger_insert`), in one statement."""
+) -> tuple[tuple[str, str, str], ...] | None:
+    """Ledger rows for a protected result (:func:`ledger_insert`), in one statement. Returns
+    the rows' ``(cell, column_name, mechanism)`` when their identities were written from
+    Python (a small result: the cell limits need not read them back), else None."""
     if result.num_rows == 0:
-        return
+        return ()
     statement = partial(ledger_insert, tuple(tables), tuple(keys), tuple(cells),
                         population is not None)  # fmt: skip
     values = [query_id, now(), user, fingerprint, *([population] if population is not None else [])]
@@ -617,10 +619,11 @@ def record_release(
             sql = ledger_insert(tuple(tables), tuple(keys), tuple(cells), False,
                                 tuple(zip(shown, kinds, strict=True)), True)  # fmt: skip
             con.execute(parsed(sql), [*values[:4], given, *(columns[read.index(i)] for i in shown)])
-            return
+            return tuple((cell, name, mechanism) for name, _, mechanism, _ in cells
+                         for cell in given)  # fmt: skip
         kinds = type_names(pa.schema([result.field(i) for i in read]))
         con.execute(parsed(statement(tuple(zip(read, kinds, strict=True)))), values + columns)
-        return
+        return None
     con.register(RELEASE_VIEW, result.rename_columns([f"c{i}" for i in range(result.num_columns)]))
     try:
         con.execute(parsed(statement()), values)
@@ -629,6 +632,7 @@ def record_release(
         # own error is the one to raise (the next release replaces the registration)
         with contextlib.suppress(EngineError):
             con.unregister(RELEASE_VIEW)
+    return None
 
 
 def as_parameters(result: pa.Table, read: list[int]) -> list[list] | None:

@@ -460,7 +460,7 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
                 )
                 caching = noisy is not None
                 self._cache_cells(noisy, paid, drawn, again=attempt > 0)
-                record_release(con, result, query, drawn, self.user)
+                released = record_release(con, result, query, drawn, self.user)
                 counting = True  # a cell of the same user counted first conflicts: run again
                 cell_limits.charge_cells(
                     con, context.policy, user=self.user, tables=query.tables, query_id=drawn,
@@ -468,9 +468,11 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
                     hidden=partial(hidden_cells, con, query.tree, context.to_sql,
                                    partial(engine.run, con, timeout=self._time_left()),
                                    values.num_rows),
+                    released=released, known=self._cells_known,
                 )  # fmt: skip
                 committing = True
                 con.execute(engine.parsed("COMMIT"))
+                self._cells_known.add((), query.fingerprint)  # answered to the user, committed
                 return values, query, drawn, result
             except engine.EngineError as failure:
                 engine.rollback(con)

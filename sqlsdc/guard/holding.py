@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
-from sqlsdc.catalog import store
+from sqlsdc.catalog import cell_limits, store
 from sqlsdc.catalog.budget import BudgetState
 from sqlsdc.catalog.budget_tables import ensure_budget_catalog, remember_budget_tables
 from sqlsdc.engines import duckdb as engine
@@ -120,6 +120,7 @@ class FileHolding:
         self._writers: int | None = writers
         self._prf_key: bytes | None = None  # read when a DP query needs it (_secret)
         self._budget = BudgetState()  # what its last charge read of the budget tables
+        self._cells_known = cell_limits.Known()  # what the cell limits saw committed
 
     def _load_policy(self, con, version: int, policy: Policy, releases=None) -> None:
         declared = policy.user(self.user)

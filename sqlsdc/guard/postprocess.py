@@ -221,9 +221,12 @@ def dp_accuracy(result: pa.Table, query: ProtectedQuery) -> pd.DataFrame | None:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 
 
-def record_release(con, result: pa.Table, query: ProtectedQuery, query_id: int, user: str) -> None:
+def record_release(con, result: pa.Table, query: ProtectedQuery, query_id: int, user: str,
+                   ) -> tuple[tuple[str, str, str], ...] | None:  # fmt: skip
     """Write one ledger row per released protected cell; its identity is the query's canonical
-    population (:func:`sqlsdc.planner.identity.aggregation_identity`) and the row's key values."""
+    population (:func:`sqlsdc.planner.identity.aggregation_identity`) and the row's key values.
+    Returns the rows written as ``(cell, column_name, mechanism)`` when they are known without
+    reading the ledger (:func:`sqlsdc.catalog.store.record_release`), else None."""
     keys = tuple((c.name, i) for i, c in enumerate(query.columns) if not c.released)
     names = result.column_names  # a new list at each call: read once
     status_positions = {i: names.index(c) for i, c in query.status_columns.items()}
@@ -233,8 +236,8 @@ def record_release(con, result: pa.Table, query: ProtectedQuery, query_id: int, 
         if c.released
     )
     if not cells:
-        return
-    store.record_release(
+        return ()
+    return store.record_release(
         con,
         result,
         tables=query.tables,
