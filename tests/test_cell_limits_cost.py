@@ -20,32 +20,17 @@ import pytest
 import sqlsdc
 from sqlsdc.catalog import cell_limits
 from sqlsdc.catalog.cell_limits import CellLimitReached
-from sqlsdc.demo.build import build_demo_database, demo_policy
+from sqlsdc.demo.build import build_demo_database
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.policy import load_policy
+from tests.security.test_redteam_s49i import _limited  # the template with a policy's limits
 
 REPEATED = "SELECT region, COUNT(*) AS n FROM persons GROUP BY region"
-
-
-def _policy(limits):
-    document = demo_policy().document_dict()
-    document["users"] = {"admin": {"role": "admin"}, "analyst": {"role": "analyst"}}
-    document["budgets"] = [b for b in document.get("budgets", []) if b.get("user") != "analyst"]
-    document["cell_limits"] = limits
-    return load_policy(document, name="s50a")
 
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory):
     path = tmp_path_factory.mktemp("s50a") / "demo.duckdb"
     build_demo_database(path, persons=2000, seed=50)
-    return path
-
-
-def _limited(template, tmp_path, limits):
-    path = tmp_path / "limited.duckdb"
-    shutil.copy(template, path)
-    sqlsdc.admin.apply(path, _policy(limits), "admin")
     return path
 
 

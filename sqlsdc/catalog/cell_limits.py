@@ -27,9 +27,14 @@ that, a statement is answered only if the user was answered the same
 statement (fingerprint) before and it releases no new cell, a decision that does not depend on
 which cells the data holds.
 
-Cost: one INSERT … ON CONFLICT DO NOTHING of the query's cells from its ledger rows, and, when
-any cell was new, one aggregate over the period's entries; when none was, one look-up of the
-end marks by key. Queries of tables without a limit cost nothing.
+Cost (a guarded query's recording transaction, session 50): a statement answered before on
+this opening of the file whose cells were all seen costs no statement (:class:`Known`; a
+dashboard asking again); otherwise one look-up by key of the cells not known and of the end
+marks, and, when a cell is new, one INSERT of the new cells (and of the statement's hidden
+cells), an UPDATE of the lock row per user limited (an upsert for a user's first charge) and
+one aggregate over the period's entries. The cells come from the ledger INSERT's parameters
+(a result of up to 1,024 rows; larger ones, and Spark's, are read back from the ledger).
+Queries of tables without a limit cost nothing.
 """
 
 from __future__ import annotations
@@ -172,9 +177,9 @@ class Known:
     per opening of the file (:meth:`sqlsdc.guard.holding.FileHolding._open`), bounded."""
 
     entries: set[str] = field(default_factory=set)
-    answered: set[str] = field(default_factory=set)
+    answered: set[tuple[str, str]] = field(default_factory=set)  # (user, fingerprint)
 
-    def add(self, entries, answered: str | None = None) -> None:
+    def add(self, entries, answered: tuple[str, str] | None = None) -> None:
         if len(self.entries) + len(self.answered) > KNOWN_LIMIT:
             self.entries.clear()
             self.answered.clear()
@@ -216,7 +221,8 @@ def charge_cells(con, policy: Policy, *, user: str, tables, query_id: int, finge
     cells = _cells(con, user, names, query_id, released)
     opaque = [(_digest("opaque", user, name, fingerprint), name) for name in names]
     entries = [k for k, _, _ in cells] + ([k for k, _ in opaque] if hidden is not None else [])
-    if known is not None and fingerprint in known.answered and known.entries.issuperset(entries):
+    answered = known is not None and (user, fingerprint) in known.answered
+    if answered and known.entries.issuperset(entries):
         return  # no new cell, answered before: answered whether or not a period ended
     periods = [period(limit.per, at) for limit in limits]
     ends = [

@@ -472,7 +472,7 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
                 )  # fmt: skip
                 committing = True
                 con.execute(engine.parsed("COMMIT"))
-                self._cells_known.add((), query.fingerprint)  # answered to the user, committed
+                self._cells_known.add((), (self.user, query.fingerprint))  # answered, committed
                 return values, query, drawn, result
             except engine.EngineError as failure:
                 engine.rollback(con)
