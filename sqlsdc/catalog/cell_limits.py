@@ -15,6 +15,9 @@ query's canonical population, the group's keys, the output column): every ledger
 query whose mechanism is not ``dp`` (counts, sums, suppressed and derived values alike), once
 per table of the query. A cell released to the user before is free, whenever it was (its entry
 is kept); a limit of user ``*`` counts the distinct cells released to anyone in the period.
+Values of one answer that share an identity (its GROUP BY has a key it does not show: the
+counts of 155 municipalities without their names, in municipality order, were one cell, red
+team s50d) are counted one each, as the cells a statement hides are, once per statement.
 
 Refusal without an oracle: the number of new cells is known only once the answer is computed,
 so a refusal says something about the data (that the answer had more new cells than were left).
@@ -50,12 +53,13 @@ TABLE = CELL_ALLOWANCE
 
 _SEP = chr(31)  # a unit separator: never in a user, table or column name or a JSON identity
 
-# the query's cells from its ledger rows, per table: their keys for the user and their hashes
-# without the user; $1 query id, $2 user, $3 tables
+# the query's cells from its ledger rows, per table: their keys for the user, their hashes
+# without the user, and how many of the query's values share the cell's identity (more than one
+# when the answer does not show every group key); $1 query id, $2 user, $3 tables
 _CELLS = f"""SELECT sha256(concat_ws('{_SEP}', $2::VARCHAR, t.name, l.cell, l.column_name)),
-       t.name, sha256(concat_ws('{_SEP}', t.name, l.cell, l.column_name))
-FROM (SELECT DISTINCT cell, column_name FROM {S}.ledger
-      WHERE query_id = $1 AND mechanism <> 'dp') AS l,
+       t.name, sha256(concat_ws('{_SEP}', t.name, l.cell, l.column_name)), l.n
+FROM (SELECT cell, column_name, count(*) AS n FROM {S}.ledger
+      WHERE query_id = $1 AND mechanism <> 'dp' GROUP BY cell, column_name) AS l,
      (SELECT unnest($3::VARCHAR[]) AS name) AS t"""
 
 # rows given as lists: $1 keys, $2 user, $3 tables, $4 hashes, $5 cells, $6 time, $7 query id
@@ -177,11 +181,14 @@ def charge_cells(con, policy: Policy, *, user: str, tables, query_id: int, finge
         _end_entry(user, limit, start) for limit, (start, _) in zip(limits, periods, strict=True)
     ]
     opaque = [(_digest("opaque", user, name, fingerprint), name) for name in names]
+    # values of the answer sharing one ledger identity with another (a GROUP BY key not shown:
+    # ``SELECT COUNT(*) ... GROUP BY municipality`` released 155 counts as one cell, red team
+    # s50d) are cells no identity tells apart: charged with the statement's hidden cells
+    shared = sum(n - 1 for _, name, _, n in cells if name == names[0])
     # one look-up by key: which cells were released to the user before, the periods a
     # refusal ended, whether this statement's hidden cells were charged before (then its
     # groups are not counted again)
-    asked = [k for k, _, _ in cells] + ends
-    asked += [k for k, _ in opaque] if hidden is not None else []
+    asked = [c[0] for c in cells] + ends + [k for k, _ in opaque]
     found = {e for (e,) in con.execute(parsed(_FOUND), [asked]).fetchall()}
     fresh = [c for c in cells if c[0] not in found]
     if fresh:  # a concurrent query of the user adding one of them first conflicts: run again
@@ -189,8 +196,9 @@ def charge_cells(con, policy: Policy, *, user: str, tables, query_id: int, finge
                            [c[2] for c in fresh], 1, at, query_id])  # fmt: skip
     new = len(fresh)
     ended = found.intersection(ends)
-    unseen = [(k, name) for k, name in opaque if k not in found] if hidden is not None else []
-    count, counted = hidden() if unseen else (0, False)
+    unseen = [(k, name) for k, name in opaque if k not in found]
+    count, counted = hidden() if unseen and hidden is not None else (0, False)
+    count += shared if unseen else 0
     if count or counted:  # 0 too when counted: the statement's groups are not counted again
         keys, tables_of = [k for k, _ in unseen], [name for _, name in unseen]
         hashes = [_digest(k, "cells") for k in keys]
