@@ -4,13 +4,39 @@ Found: an answer that does not show every GROUP BY key released many values as o
 ledger names a cell by the query's canonical population (its group keys among it) and the key
 values the answer shows; ``SELECT COUNT(*) FROM persons WHERE education = 'tertiary' GROUP BY
 municipality ORDER BY municipality`` gave 155 counts, one per municipality in the order of
-their names, all under one identity: charged 22 cells (1, and the groups published as 0) where
-showing the names cost 176, on the 20,000-person demo. So a day of 5,000 cells of persons held
-about 30 such statements' 4,500 counts of random age halves by municipality... 150 times the
-limit's cells; ``GROUP BY municipality, age`` (3,979 counts) was charged 3,110 where its 7,088
-groups are. Fixed: values of one answer sharing an identity are counted one each, with the
-cells the statement hides (once per statement), so such an answer costs its groups as the
-same answer with its keys shown does.
+their names, under one identity: charged 22 cells (1, and the groups published as 0) where
+showing the names cost 176, on the 20,000-person demo; ``GROUP BY municipality, age`` (3,979
+counts) 3,110 of its 7,088 groups. 300 statements of random age halves by municipality, padded
+with every person not tertiary (166-173 rows each), released 50,769 counts for 3,485 cells
+charged, under a limit of 5,000 a day (the CLI and the PostgreSQL server alike). Fixed: values
+of one answer sharing an identity are counted one each, with the cells the statement hides
+(once per statement), so such an answer costs its groups, as with its keys shown.
+
+Policy values (benchmarks/reconstruction_week.py): within the demo's limits, the attack asked
+of every municipality at once (``GROUP BY municipality``, 30 statements a day) recovered the
+tertiary count at 3,486 of 7,023 (municipality, age) in one day (the CKM table itself: 3,634)
+and 6,435 in a week (92 %), the education of 6,800 of 20,000 persons for certain.
+
+Held (20,000-person demo unless said; limits of 10 to 1,000,000 cells):
+- one population spelled two ways is one identity, two are never one: IN lists reordered or
+  repeated, ``= ANY(?)`` lists, ``NOT NOT``, De Morgan, ``40.0``: one cell; 44 pairs of
+  different populations (NULL in NOT IN, reversed BETWEEN, ``40.0000000000000001``, ``-0.0``,
+  integer overflow literals, trailing spaces, ILIKE, LIKE ``_``/``%``, CAST to text): distinct.
+- computed group keys (``age IN (...)``, CASE, ``age // 10``), derived tables and CTEs, a
+  shown key that is a function of a hidden one: every group charged (after the fix).
+- parameters (``IN (?, ?)``, BETWEEN, LIKE, ``$1``): each binding a new cell, the same free.
+- window over aggregates (84 for 12 rows), scalar subqueries (4), CASE on a scalar subquery
+  in a public query, ROLLUP, CUBE and GROUPING SETS with keys hidden, UNION ALL with a public
+  branch or of COUNT and SUM branches, joins with households, HAVING on threshold-protected
+  households and CKM enterprises: every group charged.
+- a released value as a key (``region || COUNT(*)``, CASE, COALESCE, ``COUNT(*) > 2000``):
+  released columns, charged; struct, array, printf, repeat: refused.
+- DP beside CKM (IN/EXISTS/join of a DP table with persons): refused; a DP column beside a
+  CKM one: the CKM's charged.
+- user names spelled otherwise (case, spaces, zero-width): refused at connect; the use is an
+  admin's to read (``sqlsdc audit --cell-limits``), no analyst surface states it.
+- the PostgreSQL server (psycopg, extended protocol with parameters) and the CLI: the same
+  charge and refusal, then the end of the day.
 """
 
 from __future__ import annotations
