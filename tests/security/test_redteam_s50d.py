@@ -48,28 +48,13 @@ import pytest
 
 import sqlsdc
 from sqlsdc.catalog.cell_limits import CellLimitReached
-from sqlsdc.demo.build import build_demo_database, demo_policy
-from sqlsdc.policy import load_policy
+from tests.security.test_redteam_s49n import _policy, template  # noqa: F401 - a fixture
 
 
-def _policy(limits):
-    document = demo_policy().document_dict()
-    document["users"] = {"admin": {"role": "admin"}, "analyst": {"role": "analyst"}}
-    document["budgets"] = [b for b in document.get("budgets", []) if b.get("user") != "analyst"]
-    document["cell_limits"] = limits
-    return load_policy(document, name="s50d")
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory):
-    path = tmp_path_factory.mktemp("s50d") / "demo.duckdb"
-    build_demo_database(path, persons=4000, seed=49, policy=_policy([]))
-    return path
-
-
-def _fresh(template, tmp_path, name, cells):
+def _fresh(source, tmp_path, name, cells):
+    """A copy of s49n's 4,000-person demo under a limit of ``cells`` a day on persons."""
     path = tmp_path / f"{name}.duckdb"
-    shutil.copy(template, path)
+    shutil.copy(source, path)
     limits = [{"user": "analyst", "table": "persons", "cells": cells}]
     sqlsdc.admin.apply(path, _policy(limits), "admin")
     return path
@@ -92,7 +77,7 @@ SHOWN = HIDDEN.replace("COUNT(*)", "municipality, COUNT(*)")
 
 
 @pytest.mark.parametrize("keys", ["municipality", "municipality, sex"])
-def test_values_of_keys_not_shown_are_cells(template, tmp_path, keys):
+def test_values_of_keys_not_shown_are_cells(template, tmp_path, keys):  # noqa: F811
     """Old: the counts of every municipality (in the order of their names) were one cell and
     the groups published as 0; now every group is a cell, as when the names are shown."""
     db = _fresh(template, tmp_path, "hidden", 100_000)
@@ -108,7 +93,7 @@ def test_values_of_keys_not_shown_are_cells(template, tmp_path, keys):
     assert _used(db) == groups
 
 
-def test_keys_not_shown_cost_what_keys_shown_cost(template, tmp_path):
+def test_keys_not_shown_cost_what_keys_shown_cost(template, tmp_path):  # noqa: F811
     hidden, shown = (_fresh(template, tmp_path, n, 100_000) for n in ("a", "b"))
     with sqlsdc.connect(hidden, user="analyst") as con:
         n = len(con.execute(f"{HIDDEN}, age // 10").fetchall())
@@ -117,7 +102,7 @@ def test_keys_not_shown_cost_what_keys_shown_cost(template, tmp_path):
     assert _used(hidden) == _used(shown)  # old: 244 against 341
 
 
-def test_a_limit_refuses_values_it_cannot_hold(template, tmp_path):
+def test_a_limit_refuses_values_it_cannot_hold(template, tmp_path):  # noqa: F811
     """Under a limit of 20 cells, one statement released the count of every municipality in
     the order of their names, charged 1 cell (none published as 0); now refused."""
     db = _fresh(template, tmp_path, "limit", 20)
