@@ -12,6 +12,13 @@ charged, under a limit of 5,000 a day (the CLI and the PostgreSQL server alike).
 of one answer sharing an identity are counted one each, with the cells the statement hides
 (once per statement), so such an answer costs its groups, as with its keys shown.
 
+Found: ``sqlsdc rekey`` (new record keys: every value asked again is an independent draw)
+left the cells released before free: a statement of 81 counts asked again after a rekey came
+back with 80 of 93 counts changed, charged 12 cells (the municipalities it had not shown).
+Each rekey gave every analyst a second draw of everything they had asked. Fixed: a rekey
+retires the table's entries (renamed with a salt, their use kept in their periods), so the
+cells count again, for the user and for all users together.
+
 Policy values (benchmarks/reconstruction_week.py): within the demo's limits, the attack asked
 of every municipality at once (``GROUP BY municipality``, 30 statements a day) recovered the
 tertiary count at 3,486 of 7,023 (municipality, age) in one day (the CKM table itself: 3,634)
