@@ -231,9 +231,13 @@ def rekey(
 
     This changes the CKM noise of every cell, so values published before and after no longer
     match (and could be compared by a user who saw both): do it only when keys may have
-    leaked. Every re-keying is recorded in ``sqlsdc.key_events``. Returns rows re-keyed per table.
+    leaked. Every re-keying is recorded in ``sqlsdc.key_events``, and the cells released from
+    the tables count as new against the policy's cell limits when asked again (each answer is a
+    new draw). Returns rows re-keyed per table.
     ``con``: a read-write connection to ``db`` already open (its opener closes it).
     """
+    from sqlsdc.catalog import cell_limits
+
     with _opened(db, con, read_only=False) as con:
         current = require_admin(con, user)
         policy = load_policy(current[1], name=current[2])
@@ -245,10 +249,13 @@ def rekey(
         con.execute("BEGIN TRANSACTION")
         try:
             report = {}
+            limited = duckdb_schema.table_columns(con, store.S, cell_limits.TABLE)
             for name in names:
                 table = policy.table(name)
                 report[table.name] = keys.rekey(con, table.name, table.privacy_unit)
                 store.record_key_event(con, table.name, "rekeyed", report[table.name], user)
+                if limited:  # every value asked again is a new draw: its cells are new too
+                    cell_limits.retire_cells(con, table.name)
             con.execute("COMMIT")
         except BaseException:
             engine.rollback(con)
