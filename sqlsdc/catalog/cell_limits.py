@@ -11,10 +11,18 @@ municipality (red team s49i, ``benchmarks/reconstruction.py``). No bounded-noise
 unlimited questions; what the policy can bound, as ε bounds DP, is how many it answers.
 
 What counts: a cell is one released value of one group, as the ledger identifies it (the
-query's canonical population, the group's keys, the output column): every ledger row of the
-query whose mechanism is not ``dp`` (counts, sums, suppressed and derived values alike), once
-per table of the query. A cell released to the user before is free, whenever it was (its entry
-is kept); a limit of user ``*`` counts the distinct cells released to anyone in the period.
+query's canonical aggregation, its aggregates included, the group's keys, the output column):
+every ledger row of the query whose mechanism is not ``dp`` (counts, sums, suppressed and
+derived values alike), once per table of the query and its data version. So ``COUNT(*)`` and
+``SUM(income)`` by sex are 4 cells, and a ``COUNT(*)`` beside a ``SUM`` is another cell than the
+same ``COUNT(*)`` alone (charged again: more than needed, never less). A cell released to the
+user before over the same data is free, whenever it was (its entry is kept); over changed data
+(another :func:`~sqlsdc.engines.duckdb_schema.data_version`, as DP cells are named by it) it
+describes other data and counts again: free forever, a statement answered once gave a fresh
+noisy answer over every reload of the data, uncounted. A limit of user ``*`` counts the
+distinct cells released to anyone in the period. An administrator's grants and resets of a
+period (:mod:`sqlsdc.catalog.cell_grants`) are read only where a limit would be passed or a
+period has ended.
 
 Refusal without an oracle: the number of new cells is known only once the answer is computed,
 so a refusal says something about the data (that the answer had more new cells than were left).
@@ -39,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from sqlsdc.catalog.cell_grants import adjustments
 from sqlsdc.catalog.schema import CATALOG_SCHEMA, CELL_ALLOWANCE
 from sqlsdc.catalog.store import admin_names
 from sqlsdc.engines.duckdb import parsed
@@ -50,13 +59,14 @@ TABLE = CELL_ALLOWANCE
 
 _SEP = chr(31)  # a unit separator: never in a user, table or column name or a JSON identity
 
-# the query's cells from its ledger rows, per table: their keys for the user and their hashes
-# without the user; $1 query id, $2 user, $3 tables
-_CELLS = f"""SELECT sha256(concat_ws('{_SEP}', $2::VARCHAR, t.name, l.cell, l.column_name)),
-       t.name, sha256(concat_ws('{_SEP}', t.name, l.cell, l.column_name))
+# the query's cells from its ledger rows, per table and its data version: their keys for the
+# user and their hashes without the user; $1 query id, $2 user, $3 tables, $4 their versions
+_CELLS = f"""SELECT sha256(concat_ws('{_SEP}', $2::VARCHAR, t.name, t.version, l.cell,
+                         l.column_name)),
+       t.name, sha256(concat_ws('{_SEP}', t.name, t.version, l.cell, l.column_name))
 FROM (SELECT DISTINCT cell, column_name FROM {S}.ledger
       WHERE query_id = $1 AND mechanism <> 'dp') AS l,
-     (SELECT unnest($3::VARCHAR[]) AS name) AS t"""
+     (SELECT unnest($3::VARCHAR[]) AS name, unnest($4::VARCHAR[]) AS version) AS t"""
 
 # rows given as lists: $1 keys, $2 user, $3 tables, $4 hashes, $5 cells, $6 time, $7 query id
 _ADD = f"""INSERT INTO {S}.{TABLE}
@@ -66,11 +76,14 @@ SELECT unnest($1::VARCHAR[]), $2::VARCHAR, unnest($3::VARCHAR[]), unnest($4::VAR
 
 class CellLimitReached(BudgetExhausted):
     """A cell limit would be passed; ``ends`` are the end marks (entry, user, limit) that the
-    refusal writes once the answer's transaction is rolled back (:func:`end_periods`)."""
+    refusal writes once the answer's transaction is rolled back (:func:`end_periods`), ``at``
+    the time of the charge that decided it (an admin's grant or reset after it lifts them)."""
 
-    def __init__(self, message: str, ends: tuple[tuple[str, str, str], ...]):
+    def __init__(self, message: str, ends: tuple[tuple[str, str, str], ...],
+                 at: datetime | None = None):  # fmt: skip
         super().__init__(message)
         self.ends = ends
+        self.at = at
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,8 @@ class Usage:
     start: datetime
     resets: datetime
     ended: bool = False
+    granted: int = 0  # cells an admin granted for the period (since its last reset)
+    since: datetime | None = None  # the period's last reset by an admin: used counts from it
 
 
 def period(per: str, at: datetime) -> tuple[datetime, datetime]:
@@ -128,6 +143,13 @@ def _lock_entry(user: str) -> str:
     return hashlib.sha256(_SEP.join(("lock", user)).encode()).hexdigest()
 
 
+def lock_use(con, user: str, at: datetime, query_id: int = -1) -> None:
+    """Update the lock row of ``user``'s use (``*``: all users'), in the caller's transaction:
+    every transaction counting new cells for them, and an admin's grant or reset, updates it,
+    so two at once conflict and the second is run again after the first."""
+    con.execute(parsed(_LOCK), [_lock_entry(user), user, at, query_id])
+
+
 def _confidential(policy: Policy, name: str) -> bool:
     declared = policy.table(name.split(".")[-1])
     return declared is None or not declared.is_public
@@ -159,24 +181,28 @@ def _used(con, limits: tuple[CellLimit, ...], user: str, starts) -> tuple[int, .
 
 
 def charge_cells(con, policy: Policy, *, user: str, tables, query_id: int, fingerprint: str,
-                 at: datetime, hidden: Callable[[], tuple[int, bool]] | None = None,
-                 ) -> None:  # fmt: skip
+                 at: datetime, versions: Callable[[str], str],
+                 hidden: Callable[[], tuple[int, bool]] | None = None) -> None:  # fmt: skip
     """Count the new cells of ``query_id`` (its ledger rows, already written in this
     transaction) against the limits that apply; raise :class:`CellLimitReached` (the caller
-    rolls back) when one would be passed or the user's period on one has ended. ``hidden``
-    gives the cells the query computed without releasing them one by one, and whether it ran
-    a count to know (:mod:`sqlsdc.guard.hidden_cells`), charged once per statement text and
-    table."""
+    rolls back) when one would be passed or the user's period on one has ended. ``versions``
+    gives a table's data version (:func:`sqlsdc.engines.duckdb_schema.data_version`): a cell
+    is free again only over the same data. ``hidden`` gives the cells the query computed
+    without releasing them one by one, and whether it ran a count to know
+    (:mod:`sqlsdc.guard.hidden_cells`), charged once per statement text, table and data
+    version."""
     names = sorted({t.lower() for t in tables if _confidential(policy, t)})
     limits = applicable(policy, user, names)
     if not limits:
         return
-    cells = con.execute(parsed(_CELLS), [query_id, user, names]).fetchall()
+    data = [versions(name) for name in names]
+    cells = con.execute(parsed(_CELLS), [query_id, user, names, data]).fetchall()
     periods = [period(limit.per, at) for limit in limits]
     ends = [
         _end_entry(user, limit, start) for limit, (start, _) in zip(limits, periods, strict=True)
     ]
-    opaque = [(_digest("opaque", user, name, fingerprint), name) for name in names]
+    opaque = [(_digest("opaque", user, name, version, fingerprint), name)
+              for name, version in zip(names, data, strict=True)]  # fmt: skip
     # one look-up by key: which cells were released to the user before, the periods a
     # refusal ended, whether this statement's hidden cells were charged before (then its
     # groups are not counted again)
@@ -189,6 +215,8 @@ def charge_cells(con, policy: Policy, *, user: str, tables, query_id: int, finge
                            [c[2] for c in fresh], 1, at, query_id])  # fmt: skip
     new = len(fresh)
     ended = found.intersection(ends)
+    if ended:  # an admin's grant or reset after the refusal lifts its end
+        ended -= _lifted(con, user, limits, periods, ends, ended)
     unseen = [(k, name) for k, name in opaque if k not in found] if hidden is not None else []
     count, counted = hidden() if unseen else (0, False)
     if count or counted:  # 0 too when counted: the statement's groups are not counted again
@@ -214,10 +242,12 @@ def charge_cells(con, policy: Policy, *, user: str, tables, query_id: int, finge
     # under a limit of all users, one row shared by all (two users at once each saw the other's
     # cells missing and passed it together: 16 cells under a limit of 10, red team s49n)
     for locked in sorted({user} | ({"*"} if any(lim.user == "*" for lim in limits) else set())):
-        con.execute(parsed(_LOCK), [_lock_entry(locked), locked, at, query_id])
+        lock_use(con, locked, at, query_id)
     used = _used(con, limits, user, [s for s, _ in periods])
     passed = [(limit, n, p) for limit, n, p in zip(limits, used, periods, strict=True)
               if n > limit.cells]  # fmt: skip
+    if passed:  # within what an admin granted or reset in the period, it is not passed
+        passed = _granted_passed(con, user, passed)
     if not passed:
         return
     limit, _, (_, resets) = passed[0]
@@ -230,7 +260,38 @@ def charge_cells(con, policy: Policy, *, user: str, tables, query_id: int, finge
         f"{resets:%Y-%m-%d %H:%M} UTC only statements answered to you before are answered "
         f"again (cells released before are free). {_whom(policy)}",
         tuple((_end_entry(user, lim, p[0]), user, lim.table) for lim, _, p in passed),
+        at,
     )
+
+
+def _granted_passed(con, user: str, passed: list) -> list:
+    """Of ``passed`` (limit, use, period), those still passed with the admins' grants and
+    resets of the period (:mod:`sqlsdc.catalog.cell_grants`): the use counted from the last
+    reset, against the limit plus the cells granted since. Read only here: the common answer,
+    within the policy's limit, costs nothing more. Grants and resets only allow more, so a
+    grant committed after this read makes the charge stricter, never laxer."""
+    limits = [lim for lim, _, _ in passed]
+    changes = adjustments(con, user, limits, [p[0] for _, _, p in passed])
+    still = []
+    for (limit, n, p), change in zip(passed, changes, strict=True):
+        if change.since is not None:
+            (n,) = _used(con, (limit,), user, [change.since])
+        if n > limit.cells + change.granted:
+            still.append((limit, n, p))
+    return still
+
+
+def _lifted(con, user: str, limits, periods, ends: list[str], ended: set[str]) -> set[str]:
+    """The end marks of ``ended`` that an admin's grant or reset of their limit's period made
+    after the refusal that set them (its charge's time): lifted, the limit counts again."""
+    marks = dict(con.execute(
+        f"SELECT entry, released_at FROM {S}.{TABLE} WHERE entry IN (SELECT unnest($1))",
+        [sorted(ended)]).fetchall())  # fmt: skip
+    chosen = [(lim, p[0], e) for lim, p, e in zip(limits, periods, ends, strict=True)
+              if e in ended]  # fmt: skip
+    changes = adjustments(con, user, [c[0] for c in chosen], [c[1] for c in chosen])
+    return {e for (_, _, e), change in zip(chosen, changes, strict=True)
+            if change.changed is not None and change.changed > marks[e]}  # fmt: skip
 
 
 def _said(limit: CellLimit, user: str) -> str:
@@ -259,15 +320,19 @@ def _answered_before(con, user: str, fingerprint: str, query_id: int) -> bool:
 
 def end_periods(con, refusal: CellLimitReached, query_id: int | None, at: datetime) -> None:
     """Write ``refusal``'s end marks (in their own transaction, after the answer's rolled
-    back): the user's period on each limit it passed is over."""
+    back): the user's period on each limit it passed is over. A mark is timed by the charge
+    that decided the refusal (``refusal.at``; else ``at``): an admin's grant or reset after
+    that lifts it, one before it (which the charge may not have seen) does not; a mark lifted
+    before is set again."""
     if not refusal.ends:
         return
     con.execute(
         f"INSERT INTO {S}.{TABLE} SELECT e.entry, e.user_name, e.table_name, NULL, 0, $2, $3 "
         "FROM (SELECT unnest($1::STRUCT(entry VARCHAR, user_name VARCHAR, table_name "
-        "VARCHAR)[]) AS e) ON CONFLICT DO NOTHING",
-        [[{"entry": e, "user_name": u, "table_name": t} for e, u, t in refusal.ends], at,
-         query_id if query_id is not None else -1],
+        "VARCHAR)[]) AS e) ON CONFLICT (entry) DO UPDATE SET released_at = "
+        "excluded.released_at, query_id = excluded.query_id",
+        [[{"entry": e, "user_name": u, "table_name": t} for e, u, t in refusal.ends],
+         refusal.at or at, query_id if query_id is not None else -1],
     )  # fmt: skip
 
 
@@ -278,10 +343,16 @@ def usage(con, policy: Policy, user: str, at: datetime) -> list[Usage]:
     if not limits:
         return []
     periods = [period(limit.per, at) for limit in limits]
-    used = _used(con, limits, user, [s for s, _ in periods])
+    changes = adjustments(con, user, limits, [s for s, _ in periods])
+    # the use from the period's start, or from an admin's last reset in it
+    starts = [c.since or s for c, (s, _) in zip(changes, periods, strict=True)]
+    used = _used(con, limits, user, starts)
     ends = [_end_entry(user, lim, p[0]) for lim, p in zip(limits, periods, strict=True)]
     ended = {e for (e,) in con.execute(
         f"SELECT entry FROM {S}.{TABLE} WHERE entry IN (SELECT unnest($1::VARCHAR[]))",
         [ends]).fetchall()}  # fmt: skip
-    return [Usage(lim, int(n), s, r, e in ended)
-            for lim, n, (s, r), e in zip(limits, used, periods, ends, strict=True)]  # fmt: skip
+    if ended:
+        ended -= _lifted(con, user, limits, periods, ends, ended)
+    rows = zip(limits, used, periods, ends, changes, strict=True)
+    return [Usage(lim, int(n), s, r, e in ended, c.granted, c.since)
+            for lim, n, (s, r), e, c in rows]  # fmt: skip

@@ -118,6 +118,7 @@ class FileHolding:
         # engine.data_writers when the policy in force was read (just now: the opening's
         # first DP query need not read it again) and the data versions
         self._writers: int | None = writers
+        self._versions_writers: int | None = writers  # ... the cell limits' (_current_data_version)
         self._prf_key: bytes | None = None  # read when a DP query needs it (_secret)
         self._budget = BudgetState()  # what its last charge read of the budget tables
 
