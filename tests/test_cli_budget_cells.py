@@ -140,6 +140,10 @@ def test_grant_text_and_errors(template, tmp_path):
     assert "not an admin" in denied.stderr
     several = cells(db, "grant", "--for", "analyst", "--cells", "5", "--reason", "x", code=2)
     assert "has 2 such limits" in several.stderr and "--table and --per" in several.stderr
+    nobody = cells(db, "grant", "--for", "*", "-t", "persons", "--cells", "5", "--reason", "x",
+                   code=1)  # fmt: skip
+    assert "there is no cell limit of all users together on table 'persons'" in nobody.stderr
+    assert "its cell limits: user 'analyst' on table 'persons' per day: 10 cells" in nobody.stderr
     shared = cells(db, "grant", "--for", "*", "--cells", "50", "--reason", "x")
     assert "to the limit of all users together on all tables per week" in shared.stdout
     shown = _shown(db)

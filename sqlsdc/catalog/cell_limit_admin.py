@@ -60,14 +60,17 @@ def targets(policy: Policy, user: str, table: str | None = None,
                   and (per is None or lim.per == per))  # fmt: skip
     if found:
         return found
-    whose = "all users together have" if user == "*" else f"user {user!r} has"
+    whose = (
+        "there is no cell limit of all users together"
+        if user == "*"
+        else f"user {user!r} has no cell limit of their own"
+    )
     wanted = "".join([f" on table {table!r}" if table else "", f" per {per}" if per else ""])
-    listed = "; ".join(f"{describe(lim, user if lim.user != '*' else '*')}: {lim.cells} cells"
+    listed = "; ".join(f"{describe(lim, lim.user)}: {lim.cells:,} cells"
                        for lim in policy.cell_limits)  # fmt: skip
     together = user != "*" and any(lim.user == "*" for lim in policy.cell_limits)
     shared = " (a limit of all users together: --for '*')" if together else ""
-    raise Error(f"{whose} no cell limit of {'their' if user != '*' else 'its'} own{wanted} in "
-                f"the policy in force; its cell limits: {listed}{shared}")  # fmt: skip
+    raise Error(f"{whose}{wanted} in the policy in force; its cell limits: {listed}{shared}")
 
 
 def _usage(con, policy: Policy, user: str, limit: CellLimit, at: datetime) -> cell_limits.Usage:
