@@ -95,18 +95,23 @@ def test_show_grant_and_reset_in_subprocesses(template, tmp_path):
     assert ask(db, "SELECT COUNT(*) FROM persons WHERE age > 50") is None  # ended again
     assert ask(db, SEX) == 2  # answered before, over the same data: free after the end
     assert _shown(db)[("analyst", "persons", "day")]["ended"] is True
+    cells(db, "grant", "--for", "analyst", "--cells", "1", "--reason", "one more")  # lifts it
+    row = _shown(db)[("analyst", "persons", "day")]
+    assert (row["granted"], row["used"], row["left"], row["ended"]) == (6, 15, 1, False)
+    assert ask(db, "SELECT COUNT(*) FROM persons WHERE age > 60") == 1
 
     text = cells(db, "reset", "--for", "analyst", "--reason", "a test run", "--as", "admin")
     assert "reset the period of user 'analyst' on table 'persons' per day" in text.stdout
-    assert "  used: 15 -> 0" in text.stdout and "  left: 0 -> 10" in text.stdout
-    assert "  granted: 5 -> 0" in text.stdout and "  ended: yes -> no" in text.stdout
+    assert "  used: 16 -> 0" in text.stdout and "  left: 0 -> 10" in text.stdout
+    assert "  granted: 6 -> 0" in text.stdout
     assert ask(db, REGION) == 8  # released before: free
     assert _shown(db)[("analyst", "persons", "day")]["used"] == 0
     history = json.loads(cells(db, "show", "--history", "--format", "json").stdout)
     assert [(e["action"], e["admin"], e["user_name"], e["cells"], e["reason"]) for e in history
             ] == [("grant", "admin", "analyst", 5, "Q3 tables"),
-                  ("reset", "admin", "analyst", 15, "a test run")]  # fmt: skip
-    assert history[0]["seq"] < history[1]["seq"]
+                  ("grant", "admin", "analyst", 1, "one more"),
+                  ("reset", "admin", "analyst", 16, "a test run")]  # fmt: skip
+    assert history[0]["seq"] < history[1]["seq"] < history[2]["seq"]
 
 
 def test_grant_text_and_errors(template, tmp_path):
@@ -207,11 +212,12 @@ def test_a_grant_is_not_passed_by_queries_at_once(template, tmp_path):
     assert _race(db, queries) == [8]
 
 
-def test_a_charge_begun_before_a_reset_conflicts(template, tmp_path):
+@pytest.mark.parametrize("action", ["reset", "grant"])
+def test_a_charge_begun_before_an_admin_change_conflicts(template, tmp_path, action):
     """A reset counts the use from its time, and a charge writes its cells at its own: one
-    begun before a reset and committed after would be forgiven. The reset updates the lock
-    row every charge counting new cells updates: the charge then conflicts (and is run again,
-    its cells counted after the reset)."""
+    begun before a reset and committed after would be forgiven; one begun before a grant
+    would refuse without it and end the period. Both update the lock row every charge
+    counting new cells updates: the charge then conflicts (and is run again, after them)."""
     db = _db(template, tmp_path, LIMIT)
     assert ask(db, SEX) == 2  # the user's lock row is there
     policy = _policy(LIMIT)
@@ -221,8 +227,12 @@ def test_a_charge_begun_before_a_reset_conflicts(template, tmp_path):
     try:
         charge.execute("BEGIN TRANSACTION")
         charge.execute("SELECT count(*) FROM sqlsdc.cell_allowance").fetchall()  # its snapshot
-        cell_limit_admin.reset(con, policy, admin="admin", user="analyst", limits=[limit],
-                               reason="during a charge")  # fmt: skip
+        if action == "reset":
+            cell_limit_admin.reset(con, policy, admin="admin", user="analyst", limits=[limit],
+                                   reason="during a charge")  # fmt: skip
+        else:
+            cell_limit_admin.grant(con, policy, admin="admin", user="analyst", limit=limit,
+                                   cells=5, reason="during a charge")  # fmt: skip
         with pytest.raises((duckdb.TransactionException, duckdb.ConstraintException)):
             cell_limits.lock_use(charge, "analyst", sqlsdc.catalog.store.now())
             charge.execute("COMMIT")

@@ -30,11 +30,12 @@ EVENTS = CELL_LIMIT_EVENTS
 class Adjustment:
     """What administrators changed of one limit in one period: the cells granted since its
     last reset (or its start), when that reset was (None: none; the use is counted from then)
-    and when the last grant or reset was (an end a refusal set before it is lifted)."""
+    and how many grants and resets there were (an end set by a refusal that saw fewer, a
+    grant or reset it did not see, is lifted)."""
 
     granted: int = 0
     since: datetime | None = None
-    changed: datetime | None = None
+    events: int = 0
 
 
 def holder(limit: CellLimit, user: str) -> str:
@@ -70,14 +71,14 @@ def adjustments(con, user: str, limits: Sequence[CellLimit],
     found = []
     for limit, start in zip(limits, starts, strict=True):
         key = (holder(limit, user), limit.table, limit.per, start)
-        granted, since, changed = 0, None, None
+        granted, since, events = 0, None, 0
         for name, table, per, begun, action, cells, at in rows:  # oldest first
             if (name, table, per, begun) != key:
                 continue
-            changed = at
+            events += 1
             if action == "reset":
                 granted, since = 0, at
             else:
                 granted += cells
-        found.append(Adjustment(granted, since, changed))
+        found.append(Adjustment(granted, since, events))
     return found

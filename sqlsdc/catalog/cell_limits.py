@@ -75,15 +75,13 @@ SELECT unnest($1::VARCHAR[]), $2::VARCHAR, unnest($3::VARCHAR[]), unnest($4::VAR
 
 
 class CellLimitReached(BudgetExhausted):
-    """A cell limit would be passed; ``ends`` are the end marks (entry, user, limit) that the
-    refusal writes once the answer's transaction is rolled back (:func:`end_periods`), ``at``
-    the time of the charge that decided it (an admin's grant or reset after it lifts them)."""
+    """A cell limit would be passed; ``ends`` are the end marks (entry, user, limit, the
+    admins' grants and resets of the limit's period the refusal saw) that the refusal writes
+    once the answer's transaction is rolled back (:func:`end_periods`)."""
 
-    def __init__(self, message: str, ends: tuple[tuple[str, str, str], ...],
-                 at: datetime | None = None):  # fmt: skip
+    def __init__(self, message: str, ends: tuple[tuple[str, str, str, int], ...]):
         super().__init__(message)
         self.ends = ends
-        self.at = at
 
 
 @dataclass(frozen=True)
@@ -250,7 +248,7 @@ def charge_cells(con, policy: Policy, *, user: str, tables, query_id: int, finge
         passed = _granted_passed(con, user, passed)
     if not passed:
         return
-    limit, _, (_, resets) = passed[0]
+    limit, _, (_, resets), _ = passed[0]
     # no number from the data or the use: the new cells count the groups a HAVING or LIMIT
     # hid, exactly, and the use those of earlier statements (red team s49n)
     raise CellLimitReached(
@@ -259,17 +257,17 @@ def charge_cells(con, policy: Policy, *, user: str, tables, query_id: int, finge
         f"released, and this ends the {limit.per} on this limit for you: until "
         f"{resets:%Y-%m-%d %H:%M} UTC only statements answered to you before are answered "
         f"again (cells released before are free). {_whom(policy)}",
-        tuple((_end_entry(user, lim, p[0]), user, lim.table) for lim, _, p in passed),
-        at,
+        tuple((_end_entry(user, lim, p[0]), user, lim.table, seen) for lim, _, p, seen in passed),
     )
 
 
 def _granted_passed(con, user: str, passed: list) -> list:
     """Of ``passed`` (limit, use, period), those still passed with the admins' grants and
     resets of the period (:mod:`sqlsdc.catalog.cell_grants`): the use counted from the last
-    reset, against the limit plus the cells granted since. Read only here: the common answer,
-    within the policy's limit, costs nothing more. Grants and resets only allow more, so a
-    grant committed after this read makes the charge stricter, never laxer."""
+    reset, against the limit plus the cells granted since; each with the number of grants and
+    resets seen. Read only here: the common answer, within the policy's limit, costs nothing
+    more. Grants and resets only allow more, so a grant committed after this read makes the
+    charge stricter, never laxer (and lifts the end the refusal sets: :func:`_lifted`)."""
     limits = [lim for lim, _, _ in passed]
     changes = adjustments(con, user, limits, [p[0] for _, _, p in passed])
     still = []
@@ -277,21 +275,23 @@ def _granted_passed(con, user: str, passed: list) -> list:
         if change.since is not None:
             (n,) = _used(con, (limit,), user, [change.since])
         if n > limit.cells + change.granted:
-            still.append((limit, n, p))
+            still.append((limit, n, p, change.events))
     return still
 
 
 def _lifted(con, user: str, limits, periods, ends: list[str], ended: set[str]) -> set[str]:
-    """The end marks of ``ended`` that an admin's grant or reset of their limit's period made
-    after the refusal that set them (its charge's time): lifted, the limit counts again."""
+    """The end marks of ``ended`` whose refusal did not see every grant or reset of their
+    limit's period (a mark keeps how many it saw as its ``cells``, which no use counts: its
+    hash is NULL): lifted, the limit counts again. A grant committed while the refused query
+    ran, unseen by it, lifts its end too."""
     marks = dict(con.execute(
-        f"SELECT entry, released_at FROM {S}.{TABLE} WHERE entry IN (SELECT unnest($1))",
+        f"SELECT entry, cells FROM {S}.{TABLE} WHERE entry IN (SELECT unnest($1))",
         [sorted(ended)]).fetchall())  # fmt: skip
     chosen = [(lim, p[0], e) for lim, p, e in zip(limits, periods, ends, strict=True)
               if e in ended]  # fmt: skip
     changes = adjustments(con, user, [c[0] for c in chosen], [c[1] for c in chosen])
     return {e for (_, _, e), change in zip(chosen, changes, strict=True)
-            if change.changed is not None and change.changed > marks[e]}  # fmt: skip
+            if change.events > marks[e]}  # fmt: skip
 
 
 def _said(limit: CellLimit, user: str) -> str:
@@ -320,19 +320,17 @@ def _answered_before(con, user: str, fingerprint: str, query_id: int) -> bool:
 
 def end_periods(con, refusal: CellLimitReached, query_id: int | None, at: datetime) -> None:
     """Write ``refusal``'s end marks (in their own transaction, after the answer's rolled
-    back): the user's period on each limit it passed is over. A mark is timed by the charge
-    that decided the refusal (``refusal.at``; else ``at``): an admin's grant or reset after
-    that lifts it, one before it (which the charge may not have seen) does not; a mark lifted
-    before is set again."""
+    back): the user's period on each limit it passed is over, until an admin's grant or reset
+    the refusal did not see (each mark keeps how many it saw); a mark lifted so is set again."""
     if not refusal.ends:
         return
     con.execute(
-        f"INSERT INTO {S}.{TABLE} SELECT e.entry, e.user_name, e.table_name, NULL, 0, $2, $3 "
-        "FROM (SELECT unnest($1::STRUCT(entry VARCHAR, user_name VARCHAR, table_name "
-        "VARCHAR)[]) AS e) ON CONFLICT (entry) DO UPDATE SET released_at = "
-        "excluded.released_at, query_id = excluded.query_id",
-        [[{"entry": e, "user_name": u, "table_name": t} for e, u, t in refusal.ends],
-         refusal.at or at, query_id if query_id is not None else -1],
+        f"INSERT INTO {S}.{TABLE} SELECT e.entry, e.user_name, e.table_name, NULL, e.seen, $2, "
+        "$3 FROM (SELECT unnest($1::STRUCT(entry VARCHAR, user_name VARCHAR, table_name "
+        "VARCHAR, seen BIGINT)[]) AS e) ON CONFLICT (entry) DO UPDATE SET cells = "
+        "excluded.cells, released_at = excluded.released_at, query_id = excluded.query_id",
+        [[{"entry": e, "user_name": u, "table_name": t, "seen": n}
+          for e, u, t, n in refusal.ends], at, query_id if query_id is not None else -1],
     )  # fmt: skip
 
 
