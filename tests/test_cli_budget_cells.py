@@ -241,6 +241,32 @@ def test_a_charge_begun_before_an_admin_change_conflicts(template, tmp_path, act
         con.close()
 
 
+def test_a_grant_waits_for_a_charge_in_progress(template, tmp_path):
+    """A charge holding the user's lock row (uncommitted) makes a grant run again; if it stays
+    busy the grant says so and changes nothing (an operational failure, exit 9), and once the
+    charge committed the grant goes through."""
+    db = _db(template, tmp_path, LIMIT)
+    assert ask(db, SEX) == 2
+    policy = _policy(LIMIT)
+    (limit,) = cell_limit_admin.targets(policy, "analyst")
+    con = open_database(db)
+    charge = con.cursor()
+    try:
+        charge.execute("BEGIN TRANSACTION")
+        cell_limits.lock_use(charge, "analyst", sqlsdc.catalog.store.now())
+        with pytest.raises(sqlsdc.errors.OperationalError, match="run the command again"):
+            cell_limit_admin.grant(con, policy, admin="admin", user="analyst", limit=limit,
+                                   cells=5, reason="busy")  # fmt: skip
+        assert cell_limit_admin.events(con) == []
+        charge.execute("COMMIT")
+        change = cell_limit_admin.grant(con, policy, admin="admin", user="analyst",
+                                        limit=limit, cells=5, reason="free")  # fmt: skip
+        assert (change.before.granted, change.after.granted) == (0, 5)
+    finally:
+        charge.close()
+        con.close()
+
+
 def test_a_statement_answered_before_is_charged_again_over_new_data(template, tmp_path):
     """A cell is free again over the same data only: after the data changed (one income
     updated), the same count by region describes other data and is charged again (8 + 8 > 10:

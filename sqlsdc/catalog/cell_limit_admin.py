@@ -13,19 +13,21 @@ they would not count). The lasting limits are the policy's: a grant never change
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
 from sqlsdc.catalog import cell_limits
+from sqlsdc.catalog.budget import is_conflict
 from sqlsdc.catalog.cell_grants import EVENTS, S, holder
 from sqlsdc.catalog.store import ensure_catalog, now
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.errors import Error
+from sqlsdc.errors import Error, OperationalError
 from sqlsdc.policy import CellLimit, Policy
 
 MAX_CELLS = 1_000_000_000  # the most a policy's limit may allow (policy.schema.json)
-RETRIES = 5  # a transaction conflicting with a concurrent charge is run again
+RETRIES = 20  # a transaction conflicting with a concurrent charge is run again
 
 
 @dataclass(frozen=True)
@@ -90,10 +92,16 @@ def _recorded(con, policy: Policy, user: str, limit: CellLimit,
             cell_limits.lock_use(con, holder(limit, user), at)
             seq = write(before, at)
             con.execute("COMMIT")
-        except engine.duckdb.TransactionException:
-            engine.rollback(con)
-            if attempt + 1 == RETRIES:
+        except (engine.duckdb.TransactionException, engine.duckdb.ConstraintException) as e:
+            engine.rollback(con)  # the lock row written by a concurrent charge first
+            if not is_conflict(e):
                 raise
+            if attempt + 1 == RETRIES:
+                raise OperationalError(
+                    f"{describe(limit, user)}: queries counting cells kept it busy for "
+                    f"{RETRIES} tries; nothing was changed, run the command again"
+                ) from None
+            time.sleep(0.005 * (attempt + 1))  # about 1 s in all
             continue
         except BaseException:
             engine.rollback(con)
