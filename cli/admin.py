@@ -75,8 +75,9 @@ def acting_admin(
     if name is not None or ctx.resilient_parsing:
         return name
     db = ctx.params.get("db")
-    if db is None and ctx.parent is not None:  # `budget DB grant|set|reset`: the group's DB
-        db = ctx.parent.params.get("db")
+    parent = ctx.parent
+    while db is None and parent is not None:  # `budget DB grant|cells grant`: the group's DB
+        db, parent = parent.params.get("db"), parent.parent
     if db is None:  # a missing DB argument: click says so
         return None
     from sqlsdc.engines.duckdb import open_database

@@ -72,7 +72,12 @@ class _BudgetGroup(click.Group):
     def parse_args(self, ctx, args):
         named = next((a for a in args[:2] if a in self.commands), None)
         if named is not None and any(a in ("-h", "--help") for a in args):
-            self.commands[named].make_context(named, ["--help"], parent=ctx)  # exits
+            command = self.commands[named]
+            rest = args[args.index(named) + 1 :]
+            if isinstance(command, click.Group) and rest and rest[0] in command.commands:
+                inner = command.make_context(named, [], parent=ctx, resilient_parsing=True)
+                command.commands[rest[0]].make_context(rest[0], ["--help"], parent=inner)
+            command.make_context(named, ["--help"], parent=ctx)  # exits
         if args and args[0] in self.commands and not Path(args[0]).exists():
             raise click.UsageError(
                 f"name the database first: sqlsdc budget DB {args[0]} [OPTIONS]", ctx
@@ -482,4 +487,11 @@ def reset(obj, user, table, reason, admin, fmt) -> None:
             "  nothing was spent: remaining unchanged", note)  # fmt: skip
 
 
+def _cells():
+    from sqlsdc.cli.budget_cells import cells  # the cell limits' commands, beside the budgets'
+
+    budget.add_command(cells)
+
+
+_cells()
 COMMANDS = (budget,)

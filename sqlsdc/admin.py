@@ -151,8 +151,8 @@ def audit(
         return _with_charges(con, entries, store.AUDIT_COLUMNS)
 
 
-CELL_LIMIT_COLUMNS = ("user_name", "table_name", "per", "cells", "used", "left", "period_start",
-                      "resets_at", "ended")  # fmt: skip
+CELL_LIMIT_COLUMNS = ("user_name", "table_name", "per", "cells", "granted", "used", "left",
+                      "period_start", "resets_at", "ended")  # fmt: skip
 
 
 def cell_limit_usage(db: str | Path, user: str, *, who: str | None = None,
@@ -160,7 +160,9 @@ def cell_limit_usage(db: str | Path, user: str, *, who: str | None = None,
     """What each user (``who``: one) used of the policy's cell limits in their current
     periods (read by an admin; :mod:`sqlsdc.catalog.cell_limits`): one row per limit and user
     it names (a limit of all users, ``*``, once, counting the distinct cells of everyone), with
-    ``ended`` true where a refused query ended the user's period."""
+    the cells an admin granted for the period (``sqlsdc budget DB cells grant``; the use
+    counted from an admin's reset), and ``ended`` true where a refused query ended the user's
+    period."""
     import pandas as pd
 
     from sqlsdc.catalog import cell_limits
@@ -179,9 +181,10 @@ def cell_limit_usage(db: str | Path, user: str, *, who: str | None = None,
                 if shown == "*" and key in seen:
                     continue
                 seen.add(key)
-                rows.append((shown, u.limit.table, u.limit.per, u.limit.cells, u.used,
-                             max(u.limit.cells - u.used, 0) if not u.ended else 0, u.start,
-                             u.resets, u.ended if shown != "*" else None))  # fmt: skip
+                left = max(u.limit.cells + u.granted - u.used, 0) if not u.ended else 0
+                rows.append((shown, u.limit.table, u.limit.per, u.limit.cells, u.granted,
+                             u.used, left, u.start, u.resets,
+                             u.ended if shown != "*" else None))  # fmt: skip
         return pd.DataFrame(rows, columns=list(CELL_LIMIT_COLUMNS))
 
 

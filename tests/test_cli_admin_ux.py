@@ -261,7 +261,8 @@ def test_every_acting_admin_option_is_resolved_by_one_function():
                 taking.append(path.removeprefix("sqlsdc "))
     assert {"init", "policy apply", "audit", "rekey", "risk", "publish", "budget grant",
             "budget set", "budget reset", "server-user add", "server-user list", "protect",
-            "synthesize", "synth-report", "anonymize"} <= set(taking)  # fmt: skip
+            "synthesize", "synth-report", "anonymize", "budget cells show", "budget cells grant",
+            "budget cells reset"} <= set(taking)  # fmt: skip
 
 
 def test_audit_shows_what_each_query_was_charged(db):

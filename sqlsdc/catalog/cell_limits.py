@@ -11,10 +11,18 @@ municipality (red team s49i, ``benchmarks/reconstruction.py``). No bounded-noise
 unlimited questions; what the policy can bound, as ε bounds DP, is how many it answers.
 
 What counts: a cell is one released value of one group, as the ledger identifies it (the
-query's canonical population, the group's keys, the output column): every ledger row of the
-query whose mechanism is not ``dp`` (counts, sums, suppressed and derived values alike), once
-per table of the query. A cell released to the user before is free, whenever it was (its entry
-is kept); a limit of user ``*`` counts the distinct cells released to anyone in the period.
+query's canonical aggregation, its aggregates included, the group's keys, the output column):
+every ledger row of the query whose mechanism is not ``dp`` (counts, sums, suppressed and
+derived values alike), once per table of the query and its data version. So ``COUNT(*)`` and
+``SUM(income)`` by sex are 4 cells, and a ``COUNT(*)`` beside a ``SUM`` is another cell than the
+same ``COUNT(*)`` alone (charged again: more than needed, never less). A cell released to the
+user before over the same data is free, whenever it was (its entry is kept); over changed data
+(another :func:`~sqlsdc.engines.duckdb_schema.data_version`, as DP cells are named by it) it
+describes other data and counts again: free forever, a statement answered once gave a fresh
+noisy answer over every reload of the data, uncounted. A limit of user ``*`` counts the
+distinct cells released to anyone in the period. An administrator's grants and resets of a
+period (:mod:`sqlsdc.catalog.cell_grants`) are read only where a limit would be passed or a
+period has ended.
 Values of one answer that share an identity (its GROUP BY has a key it does not show: the
 counts of 155 municipalities without their names, in municipality order, were one cell, red
 team s50d) are counted one each, as the cells a statement hides are, once per statement.
@@ -49,6 +57,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from sqlsdc.catalog.cell_grants import adjustments
 from sqlsdc.catalog.schema import CATALOG_SCHEMA, CELL_ALLOWANCE
 from sqlsdc.catalog.store import admin_names
 from sqlsdc.engines.duckdb import parsed
@@ -60,14 +69,16 @@ TABLE = CELL_ALLOWANCE
 
 _SEP = chr(31)  # a unit separator: never in a user, table or column name or a JSON identity
 
-# the query's cells from its ledger rows, per table: their keys for the user, their hashes
-# without the user, and how many of the query's values share the cell's identity (more than one
-# when the answer does not show every group key); $1 query id, $2 user, $3 tables
-_CELLS = f"""SELECT sha256(concat_ws('{_SEP}', $2::VARCHAR, t.name, l.cell, l.column_name)),
-       t.name, sha256(concat_ws('{_SEP}', t.name, l.cell, l.column_name)), l.n
+# the query's cells from its ledger rows, per table and its data version: their keys for the
+# user, their hashes without the user, and how many of the query's values share the cell's
+# identity (more than one when the answer does not show every group key); $1 query id, $2 user,
+# $3 tables, $4 their versions
+_CELLS = f"""SELECT sha256(concat_ws('{_SEP}', $2::VARCHAR, t.name, t.version, l.cell,
+                         l.column_name)),
+       t.name, sha256(concat_ws('{_SEP}', t.name, t.version, l.cell, l.column_name)), l.n
 FROM (SELECT cell, column_name, count(*) AS n FROM {S}.ledger
       WHERE query_id = $1 AND mechanism <> 'dp' GROUP BY cell, column_name) AS l,
-     (SELECT unnest($3::VARCHAR[]) AS name) AS t"""
+     (SELECT unnest($3::VARCHAR[]) AS name, unnest($4::VARCHAR[]) AS version) AS t"""
 
 # rows given as lists: $1 keys, $2 user, $3 tables, $4 hashes, $5 cells, $6 time, $7 query id
 _ADD = f"""INSERT INTO {S}.{TABLE}
@@ -76,10 +87,11 @@ SELECT unnest($1::VARCHAR[]), $2::VARCHAR, unnest($3::VARCHAR[]), unnest($4::VAR
 
 
 class CellLimitReached(BudgetExhausted):
-    """A cell limit would be passed; ``ends`` are the end marks (entry, user, limit) that the
-    refusal writes once the answer's transaction is rolled back (:func:`end_periods`)."""
+    """A cell limit would be passed; ``ends`` are the end marks (entry, user, limit, the
+    admins' grants and resets of the limit's period the refusal saw) that the refusal writes
+    once the answer's transaction is rolled back (:func:`end_periods`)."""
 
-    def __init__(self, message: str, ends: tuple[tuple[str, str, str], ...]):
+    def __init__(self, message: str, ends: tuple[tuple[str, str, str, int], ...]):
         super().__init__(message)
         self.ends = ends
 
@@ -93,6 +105,8 @@ class Usage:
     start: datetime
     resets: datetime
     ended: bool = False
+    granted: int = 0  # cells an admin granted for the period (since its last reset)
+    since: datetime | None = None  # the period's last reset by an admin: used counts from it
 
 
 def period(per: str, at: datetime) -> tuple[datetime, datetime]:
@@ -133,10 +147,20 @@ _LOCK = (
     f"INSERT INTO {S}.{TABLE} VALUES ($1, $2, '', NULL, 0, $3, $4) ON CONFLICT (entry) "
     "DO UPDATE SET released_at = excluded.released_at, query_id = excluded.query_id"
 )
-# the lock row when it exists (every charge but a user's first): the same write-write conflict
-# with a concurrent charge as the upsert's update ("Conflict on update", DuckDB 2.0), at 0.55
-# ms of CPU against 1.5-2 ms for the upsert
+# the lock row when it exists (:func:`lock_use`)
 _LOCKED = f"UPDATE {S}.{TABLE} SET released_at = $2, query_id = $3 WHERE entry = $1"
+
+
+def lock_use(con, user: str, at: datetime, query_id: int = -1) -> None:
+    """Update the lock row of ``user``'s use (``*``: all users'), in the caller's transaction:
+    every transaction counting new cells for them, and an admin's grant or reset, updates it,
+    so two at once conflict and the second is run again after the first. By key when the row
+    exists (every charge but a user's first: the same "Conflict on update" as the upsert's,
+    DuckDB 2.0, at 0.55 ms of CPU against 1.5-2 ms for the upsert)."""
+    entry = _lock_entry(user)
+    (updated,) = con.execute(parsed(_LOCKED), [entry, at, query_id]).fetchone()
+    if not updated:  # the first charge: a concurrent first one conflicts on the key
+        con.execute(parsed(_LOCK), [entry, user, at, query_id])
 
 
 def _lock_entry(user: str) -> str:
@@ -182,6 +206,7 @@ class Known:
     refusal ended the period (:func:`charge_cells`): it is decided without a statement. Kept
     per opening of the file (:meth:`sqlsdc.guard.holding.FileHolding._open`), bounded."""
 
+    writers: int | None = None  # engine.data_writers when the file was opened (or last seen)
     entries: set[str] = field(default_factory=set)
     answered: set[tuple[str, str]] = field(default_factory=set)  # (user, fingerprint)
 
@@ -197,35 +222,42 @@ class Known:
 KNOWN_LIMIT = 100_000  # entries and fingerprints kept per opening (64-character keys: ~15 MB)
 
 
-def _cells(con, user: str, names: list[str], query_id: int, released):
+def _cells(con, user: str, names: list[str], data: list[str], query_id: int, released):
     """The query's cells as ``(key for the user, table, hash without the user, values of the
-    answer with this identity)``: from ``released`` (its ledger rows as written,
-    :func:`sqlsdc.catalog.store.record_release`), else read back from the ledger; the key as
-    :data:`_CELLS` writes it (sha256 of the same UTF-8 text)."""
+    answer with this identity)``, per table and its data version: from ``released`` (its
+    ledger rows as written, :func:`sqlsdc.catalog.store.record_release`), else read back from
+    the ledger; the key as :data:`_CELLS` writes it (sha256 of the same UTF-8 text)."""
     if released is None:
-        return con.execute(parsed(_CELLS), [query_id, user, names]).fetchall()
+        return con.execute(parsed(_CELLS), [query_id, user, names, data]).fetchall()
     pairs = Counter((cell, column) for cell, column, mechanism in released if mechanism != "dp")
-    return [(_digest(user, name, cell, column), name, _digest(name, cell, column), n)
-            for (cell, column), n in sorted(pairs.items()) for name in names]  # fmt: skip
+    return [(_digest(user, name, version, cell, column), name,
+             _digest(name, version, cell, column), n)
+            for (cell, column), n in sorted(pairs.items())
+            for name, version in zip(names, data, strict=True)]  # fmt: skip
 
 
 def charge_cells(con, policy: Policy, *, user: str, tables, query_id: int, fingerprint: str,
-                 at: datetime, hidden: Callable[[], tuple[int, bool]] | None = None,
+                 at: datetime, versions: Callable[[str], str],
+                 hidden: Callable[[], tuple[int, bool]] | None = None,
                  released=None, known: Known | None = None) -> None:  # fmt: skip
     """Count the new cells of ``query_id`` (its ledger rows, already written in this
     transaction; ``released``: those rows as ``(cell, column_name, mechanism)``, when the
     caller has them) against the limits that apply; raise :class:`CellLimitReached` (the
     caller rolls back) when one would be passed or the user's period on one has ended.
-    ``hidden`` gives the cells the query computed without releasing them one by one, and
-    whether it ran a count to know (:mod:`sqlsdc.guard.hidden_cells`), charged once per
-    statement text and table. ``known``: what this opening saw committed before; a statement
-    answered before whose entries are all known costs no statement."""
+    ``versions`` gives a table's data version
+    (:func:`sqlsdc.engines.duckdb_schema.data_version`): a cell is free again only over the
+    same data. ``hidden`` gives the cells the query computed without releasing them one by
+    one, and whether it ran a count to know (:mod:`sqlsdc.guard.hidden_cells`), charged once
+    per statement text, table and data version. ``known``: what this opening saw committed
+    before; a statement answered before whose entries are all known costs no statement."""
     names = sorted({t.lower() for t in tables if _confidential(policy, t)})
     limits = applicable(policy, user, names)
     if not limits:
         return
-    cells = _cells(con, user, names, query_id, released)
-    opaque = [(_digest("opaque", user, name, fingerprint), name) for name in names]
+    data = [versions(name) for name in names]
+    cells = _cells(con, user, names, data, query_id, released)
+    opaque = [(_digest("opaque", user, name, version, fingerprint), name)
+              for name, version in zip(names, data, strict=True)]  # fmt: skip
     # values of the answer sharing one ledger identity with another (a GROUP BY key not shown:
     # ``SELECT COUNT(*) ... GROUP BY municipality`` released 155 counts as one cell, red team
     # s50d) are cells no identity tells apart: charged with the statement's hidden cells
@@ -250,6 +282,8 @@ def charge_cells(con, policy: Policy, *, user: str, tables, query_id: int, finge
     fresh = [(key, name, hashed, 1) for key, name, hashed, _ in cells if key not in found]
     new = len(fresh)
     ended = found.intersection(ends)
+    if ended:  # an admin's grant or reset after the refusal lifts its end
+        ended -= _lifted(con, user, limits, periods, ends, ended)
     unseen = [(k, name) for k, name in opaque if k not in found] if opaque_asked else []
     count, counted = hidden() if unseen and hidden is not None else (0, False)
     count += shared if unseen else 0
@@ -279,16 +313,15 @@ def charge_cells(con, policy: Policy, *, user: str, tables, query_id: int, finge
     # (a statement each: two rows in one INSERT ... ON CONFLICT DO UPDATE, by VALUES or by
     # unnest, cost 7-9 ms of CPU here, DuckDB 2.0)
     for locked in sorted({user} | ({"*"} if any(lim.user == "*" for lim in limits) else set())):
-        entry = _lock_entry(locked)
-        (updated,) = con.execute(parsed(_LOCKED), [entry, at, query_id]).fetchone()
-        if not updated:  # the first charge: a concurrent first one conflicts on the key
-            con.execute(parsed(_LOCK), [entry, locked, at, query_id])
+        lock_use(con, locked, at, query_id)
     used = _used(con, limits, user, [s for s, _ in periods])
     passed = [(limit, n, p) for limit, n, p in zip(limits, used, periods, strict=True)
               if n > limit.cells]  # fmt: skip
+    if passed:  # within what an admin granted or reset in the period, it is not passed
+        passed = _granted_passed(con, user, passed)
     if not passed:
         return
-    limit, _, (_, resets) = passed[0]
+    limit, _, (_, resets), _ = passed[0]
     # no number from the data or the use: the new cells count the groups a HAVING or LIMIT
     # hid, exactly, and the use those of earlier statements (red team s49n)
     raise CellLimitReached(
@@ -297,8 +330,41 @@ def charge_cells(con, policy: Policy, *, user: str, tables, query_id: int, finge
         f"released, and this ends the {limit.per} on this limit for you: until "
         f"{resets:%Y-%m-%d %H:%M} UTC only statements answered to you before are answered "
         f"again (cells released before are free). {_whom(policy)}",
-        tuple((_end_entry(user, lim, p[0]), user, lim.table) for lim, _, p in passed),
+        tuple((_end_entry(user, lim, p[0]), user, lim.table, seen) for lim, _, p, seen in passed),
     )
+
+
+def _granted_passed(con, user: str, passed: list) -> list:
+    """Of ``passed`` (limit, use, period), those still passed with the admins' grants and
+    resets of the period (:mod:`sqlsdc.catalog.cell_grants`): the use counted from the last
+    reset, against the limit plus the cells granted since; each with the number of grants and
+    resets seen. Read only here: the common answer, within the policy's limit, costs nothing
+    more. Grants and resets only allow more, so a grant committed after this read makes the
+    charge stricter, never laxer (and lifts the end the refusal sets: :func:`_lifted`)."""
+    limits = [lim for lim, _, _ in passed]
+    changes = adjustments(con, user, limits, [p[0] for _, _, p in passed])
+    still = []
+    for (limit, n, p), change in zip(passed, changes, strict=True):
+        if change.since is not None:
+            (n,) = _used(con, (limit,), user, [change.since])
+        if n > limit.cells + change.granted:
+            still.append((limit, n, p, change.events))
+    return still
+
+
+def _lifted(con, user: str, limits, periods, ends: list[str], ended: set[str]) -> set[str]:
+    """The end marks of ``ended`` whose refusal did not see every grant or reset of their
+    limit's period (a mark keeps how many it saw as its ``cells``, which no use counts: its
+    hash is NULL): lifted, the limit counts again. A grant committed while the refused query
+    ran, unseen by it, lifts its end too."""
+    marks = dict(con.execute(
+        f"SELECT entry, cells FROM {S}.{TABLE} WHERE entry IN (SELECT unnest($1))",
+        [sorted(ended)]).fetchall())  # fmt: skip
+    chosen = [(lim, p[0], e) for lim, p, e in zip(limits, periods, ends, strict=True)
+              if e in ended]  # fmt: skip
+    changes = adjustments(con, user, [c[0] for c in chosen], [c[1] for c in chosen])
+    return {e for (_, _, e), change in zip(chosen, changes, strict=True)
+            if change.events > marks[e]}  # fmt: skip
 
 
 def _said(limit: CellLimit, user: str) -> str:
@@ -327,15 +393,17 @@ def _answered_before(con, user: str, fingerprint: str, query_id: int) -> bool:
 
 def end_periods(con, refusal: CellLimitReached, query_id: int | None, at: datetime) -> None:
     """Write ``refusal``'s end marks (in their own transaction, after the answer's rolled
-    back): the user's period on each limit it passed is over."""
+    back): the user's period on each limit it passed is over, until an admin's grant or reset
+    the refusal did not see (each mark keeps how many it saw); a mark lifted so is set again."""
     if not refusal.ends:
         return
     con.execute(
-        f"INSERT INTO {S}.{TABLE} SELECT e.entry, e.user_name, e.table_name, NULL, 0, $2, $3 "
-        "FROM (SELECT unnest($1::STRUCT(entry VARCHAR, user_name VARCHAR, table_name "
-        "VARCHAR)[]) AS e) ON CONFLICT DO NOTHING",
-        [[{"entry": e, "user_name": u, "table_name": t} for e, u, t in refusal.ends], at,
-         query_id if query_id is not None else -1],
+        f"INSERT INTO {S}.{TABLE} SELECT e.entry, e.user_name, e.table_name, NULL, e.seen, $2, "
+        "$3 FROM (SELECT unnest($1::STRUCT(entry VARCHAR, user_name VARCHAR, table_name "
+        "VARCHAR, seen BIGINT)[]) AS e) ON CONFLICT (entry) DO UPDATE SET cells = "
+        "excluded.cells, released_at = excluded.released_at, query_id = excluded.query_id",
+        [[{"entry": e, "user_name": u, "table_name": t, "seen": n}
+          for e, u, t, n in refusal.ends], at, query_id if query_id is not None else -1],
     )  # fmt: skip
 
 
@@ -346,13 +414,19 @@ def usage(con, policy: Policy, user: str, at: datetime) -> list[Usage]:
     if not limits:
         return []
     periods = [period(limit.per, at) for limit in limits]
-    used = _used(con, limits, user, [s for s, _ in periods])
+    changes = adjustments(con, user, limits, [s for s, _ in periods])
+    # the use from the period's start, or from an admin's last reset in it
+    starts = [c.since or s for c, (s, _) in zip(changes, periods, strict=True)]
+    used = _used(con, limits, user, starts)
     ends = [_end_entry(user, lim, p[0]) for lim, p in zip(limits, periods, strict=True)]
     ended = {e for (e,) in con.execute(
         f"SELECT entry FROM {S}.{TABLE} WHERE entry IN (SELECT unnest($1::VARCHAR[]))",
         [ends]).fetchall()}  # fmt: skip
-    return [Usage(lim, int(n), s, r, e in ended)
-            for lim, n, (s, r), e in zip(limits, used, periods, ends, strict=True)]  # fmt: skip
+    if ended:
+        ended -= _lifted(con, user, limits, periods, ends, ended)
+    rows = zip(limits, used, periods, ends, changes, strict=True)
+    return [Usage(lim, int(n), s, r, e in ended, c.granted, c.since)
+            for lim, n, (s, r), e, c in rows]  # fmt: skip
 
 
 def retire_cells(con, table: str) -> int:

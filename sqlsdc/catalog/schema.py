@@ -26,6 +26,8 @@ Tables:
     budget_lock     one row updated by every charge, so concurrent charges serialise
     cell_allowance  the distinct non-DP cells released to each user per table, and the periods
                     a refusal ended, for the policy's cell limits (catalog/cell_limits.py)
+    cell_limit_events  administrators' grants of cells and resets of a cell limit's period:
+                    who, when, why (catalog/cell_grants.py)
     dp_cells        noisy DP cells already released (and charged) per user and policy version
     server_users    passwords of ``sqlsdc serve`` users as SCRAM-SHA-256 keys (salt, StoredKey,
                     ServerKey; never the password): ``sqlsdc server-user``
@@ -69,6 +71,23 @@ CELL_ALLOWANCE_DDL = f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.{CELL_ALLOW
     cells BIGINT NOT NULL,
     released_at TIMESTAMP NOT NULL,
     query_id BIGINT NOT NULL)"""
+
+CELL_LIMIT_EVENTS = "cell_limit_events"
+# One row per grant of cells, or reset, of one cell limit (``user_name``, ``limit_table``,
+# ``per``: the limit's user, '*' for all users together, table and period) in one period
+# (``period_start``); ``cells``: the cells granted, or the use a reset cleared. Numbered from
+# ``budget_seq``, as the budget events: one series of admin events.
+CELL_LIMIT_EVENTS_DDL = f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.{CELL_LIMIT_EVENTS} (
+    seq BIGINT PRIMARY KEY,
+    event_at TIMESTAMP NOT NULL,
+    admin VARCHAR NOT NULL,
+    action VARCHAR NOT NULL CHECK (action IN ('grant', 'reset')),
+    user_name VARCHAR NOT NULL,
+    limit_table VARCHAR NOT NULL,
+    per VARCHAR NOT NULL,
+    period_start TIMESTAMP NOT NULL,
+    cells BIGINT NOT NULL,
+    reason VARCHAR NOT NULL)"""
 
 SERVER_USERS_DDL = f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.server_users (
     user_name VARCHAR PRIMARY KEY,
@@ -213,4 +232,5 @@ DDL = (
     DP_CELLS_DDL,
     SERVER_USERS_DDL,
     CELL_ALLOWANCE_DDL,
+    CELL_LIMIT_EVENTS_DDL,
 )

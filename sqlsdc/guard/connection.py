@@ -465,10 +465,11 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
                 cell_limits.charge_cells(
                     con, context.policy, user=self.user, tables=query.tables, query_id=drawn,
                     fingerprint=query.fingerprint, at=store.now(),
+                    versions=self._current_data_version,
                     hidden=partial(hidden_cells, con, query.tree, context.to_sql,
                                    partial(engine.run, con, timeout=self._time_left()),
                                    values.num_rows),
-                    released=released, known=self._cells_known,
+                    released=released, known=self._known_cells(),
                 )  # fmt: skip
                 committing = True
                 con.execute(engine.parsed("COMMIT"))

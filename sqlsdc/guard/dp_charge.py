@@ -16,8 +16,9 @@ and its noise is keyed by the database's PRF secret (:meth:`DpCharging._secret`)
 
 :class:`DpCharging` holds these methods of :class:`sqlsdc.guard.connection.Connection`, which
 sets the state they read (``_con``, ``_context``, ``user``, ``path``, ``_dp_noise``,
-``_writers``, ``_data_versions``, ``_key_types``, ``_budget``, ``_prf_key``, ``_reopen``,
-``_settle``) and gives ``_time_left``, ``_check_engine_texts`` and ``_check_answer_rows``.
+``_writers``, ``_versions_writers``, ``_data_versions``, ``_key_types``, ``_budget``,
+``_prf_key``, ``_reopen``, ``_settle``) and gives ``_time_left``, ``_check_engine_texts``
+and ``_check_answer_rows``.
 """
 
 from __future__ import annotations
@@ -242,3 +243,13 @@ class DpCharging:
         if table not in self._data_versions:
             self._data_versions[table] = duckdb_schema.data_version(self._con, table)
         return self._data_versions[table]
+
+    def _current_data_version(self, table: str) -> str:
+        """:meth:`_data_version` outside a DP charge (the cell limits' identity of a cell:
+        free again only over the same data), first forgetting the versions read when a
+        connection of this process that may write data opened the file since."""
+        writers = engine.data_writers(self.path)
+        if writers is None or writers != self._versions_writers:
+            self._data_versions.clear()
+            self._versions_writers = writers
+        return self._data_version(table)

@@ -118,9 +118,19 @@ class FileHolding:
         # engine.data_writers when the policy in force was read (just now: the opening's
         # first DP query need not read it again) and the data versions
         self._writers: int | None = writers
+        self._versions_writers: int | None = writers  # ... the cell limits' (_current_data_version)
         self._prf_key: bytes | None = None  # read when a DP query needs it (_secret)
         self._budget = BudgetState()  # what its last charge read of the budget tables
-        self._cells_known = cell_limits.Known()  # what the cell limits saw committed
+        self._cells_known = cell_limits.Known(writers)  # what the cell limits saw committed
+
+    def _known_cells(self) -> cell_limits.Known:
+        """What the cell limits saw committed on this opening, forgotten when a connection of
+        this process that may write the file opened it since (an admin's ``rekey`` retires the
+        cells it knew: :func:`sqlsdc.catalog.cell_limits.retire_cells`)."""
+        writers = engine.data_writers(self.path)
+        if writers is None or writers != self._cells_known.writers:
+            self._cells_known = cell_limits.Known(writers)
+        return self._cells_known
 
     def _load_policy(self, con, version: int, policy: Policy, releases=None) -> None:
         declared = policy.user(self.user)

@@ -93,6 +93,16 @@ def run_protected(connection: Connection, engine: SparkEngine, sql: str, params=
             connection._settle_charged()  # cached, or stopped: others asking them price again
 
 
+def _version(engine: SparkEngine, query_id: int, table: str) -> str:
+    """The DuckDB data version of ``table``'s copy (:meth:`SparkEngine.data_version`), what a
+    cell limit names a cell's data by; a table Spark did not copy from DuckDB has none it can
+    trust: its cells are this query's own (never free again), as a cell over unknown data."""
+    try:
+        return engine.data_version(table)
+    except NotSupportedError:
+        return f"unversioned {query_id}"
+
+
 def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, params):
     user, version = connection.user, connection.policy_version
     params = snapshot(params)  # read once: bound and audited
@@ -145,7 +155,8 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
         hidden = partial(_hidden, connection, con, query, result.num_rows)
         cell_limits.charge_cells(con, connection.policy, user=user, tables=query.tables,
                                  query_id=query_id, fingerprint=query.fingerprint,
-                                 at=store.now(), hidden=hidden)  # fmt: skip
+                                 at=store.now(), versions=partial(_version, engine, query_id),
+                                 hidden=hidden)  # fmt: skip
         values = values_of(result, query)
         store.record_query(con, query_id, user, version, "accepted", logged,
                            fingerprint=query.fingerprint, rows=values.num_rows)  # fmt: skip

@@ -327,7 +327,13 @@ def test_spark_counts_hidden_cells_and_refuses_what_it_cannot(template, tmp_path
         monkeypatch.setattr(guarded_spark, check, lambda *args, **kwargs: None)
     monkeypatch.setattr(guarded_spark, "_answer", lambda engine, tree, noisy: None)
     monkeypatch.setattr(guarded_spark, "as_types", lambda answer, schema: schema.empty_table())
-    engine = SimpleNamespace(refresh=lambda tables: None, schemas={}, summable={}, run=None)
+    engine = SimpleNamespace(
+        refresh=lambda tables: None,
+        schemas={},
+        summable={},
+        run=None,
+        data_version=lambda table: "v1",
+    )
     with sqlsdc.connect(db, "analyst") as con:
         guarded_spark.run_protected(con, engine, "SELECT sex, COUNT(*) FROM persons GROUP BY sex")
         with pytest.raises(sqlsdc.errors.PolicyViolation, match="Spark engine answers only"):
