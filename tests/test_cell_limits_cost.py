@@ -125,8 +125,9 @@ def test_cell_keys_written_from_python_are_those_duckdb_writes(template, tmp_pat
         con.execute("INSERT INTO sqlsdc.ledger VALUES (987654, now(), 'ü', 'f', ?, ?, ?, "
                     "'published')", [cell, column, mechanism])  # fmt: skip
     names = ["households", "persons"]
-    read = cell_limits._cells(con, "ü", names, 987654, None)
-    given = cell_limits._cells(con, "ü", names, 987654, rows)
+    versions = ["0f1e", "é\u001f2"]  # a table's data version, hashed into its keys
+    read = cell_limits._cells(con, "ü", names, versions, 987654, None)
+    given = cell_limits._cells(con, "ü", names, versions, 987654, rows)
     con.close()
     assert len(given) == 3 * 2
     assert sorted(read) == sorted(given)
