@@ -25,6 +25,7 @@ import pytest
 import sqlglot
 
 import sqlsdc
+from sqlsdc.catalog.cell_limits import CellLimitReached
 from sqlsdc.demo.build import build_demo_database, demo_policy
 from sqlsdc.policy import load_policy
 
@@ -67,14 +68,19 @@ def test_the_engine_check_refuses_a_confidential_table_the_tree_does_not_read(an
         check_engine_tables({"regions", "persons"}, tree, analyst.policy, ("regions",))
 
 
-@pytest.fixture(scope="module")
-def dp_limited_db(tmp_path_factory):
-    """A 2,000-person demo under the shipped policy (benefits under DP) with a cell limit."""
+def _demo(folder, limits: list[dict]):
+    """A 2,000-person demo under the shipped policy (benefits under DP) with ``limits``."""
     document = demo_policy().document_dict()
-    document["cell_limits"] = [{"user": "*", "table": "*", "cells": 50000, "per": "week"}]
-    path = tmp_path_factory.mktemp("s50e") / "demo.duckdb"
+    document["cell_limits"] = limits
+    path = folder / "demo.duckdb"
     build_demo_database(path, persons=2000, seed=50, policy=load_policy(document, name="s50e"))
     return path
+
+
+@pytest.fixture(scope="module")
+def dp_limited_db(tmp_path_factory):
+    return _demo(tmp_path_factory.mktemp("s50e"), [{"user": "*", "table": "*", "cells": 50000,
+                                                    "per": "week"}])  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -90,3 +96,90 @@ def test_a_dp_query_in_a_derived_table_under_a_cell_limit_is_answered(dp_limited
         cursor = con.execute(sql)
         assert len(cursor.fetchall()) == rows
         assert [d[1] for d in cursor.description] == ["VARCHAR", "BIGINT"]
+
+
+@pytest.fixture(scope="module")
+def small_limit_template(tmp_path_factory):
+    """A limit of 4 cells of persons a week for the analyst."""
+    return _demo(tmp_path_factory.mktemp("s50e_limit"), [{"user": "analyst", "table": "persons",
+                                                          "cells": 4, "per": "week"}])  # fmt: skip
+
+
+@pytest.fixture
+def small_limit_db(small_limit_template, tmp_path, copy_database):
+    """A fresh copy: a refusal ends the week's period of the limit."""
+    return copy_database(small_limit_template, tmp_path)
+
+
+PROBED = "SELECT region, COUNT(*) AS n, AVG(income) AS m FROM persons GROUP BY region"
+
+
+@pytest.mark.parametrize(
+    "probe",
+    [
+        f'SELECT * FROM ({PROBED}) "Custom SQL Query" LIMIT 0',
+        f"SELECT * FROM ({PROBED}) AS t WHERE 1 = 0",
+        f"SELECT * FROM ({PROBED}) AS t LIMIT 0 OFFSET 3",
+    ],
+)
+def test_a_schema_probe_counts_no_cell_and_runs_nothing(small_limit_db, probe):
+    """Three BI probes of a query of 8 groups × 2 aggregates, under a limit of 4 cells: each
+    is answered with the query's names and types and no row, counted as no cell (on the base
+    the probe's 16 hidden cells exceeded the limit: refused, and the period ended)."""
+    with sqlsdc.connect(small_limit_db, user="analyst") as con:
+        for _ in range(3):
+            cursor = con.execute(probe)
+            assert cursor.fetchall() == []
+            assert [(d[0], d[1]) for d in cursor.description] == [
+                ("region", "VARCHAR"), ("n", "BIGINT"), ("m", "DOUBLE")
+            ]  # fmt: skip
+        # the limit is untouched: a total of one cell is answered
+        assert con.execute("SELECT COUNT(*) FROM persons").fetchone()[0] > 1000
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        f"SELECT * FROM ({PROBED}) AS t WHERE n = 0",  # a condition on data: a query
+        f"SELECT * FROM ({PROBED}) AS t WHERE 1 = 0 OR n > 0",
+        f"SELECT * FROM ({PROBED}) AS t LIMIT 1",
+    ],
+)
+def test_a_condition_on_data_is_no_probe(small_limit_db, sql):
+    """Not probes: run and counted as any query (here 16 cells, over the limit of 4)."""
+    with sqlsdc.connect(small_limit_db, user="analyst") as con:
+        with pytest.raises(CellLimitReached):
+            con.execute(sql)
+
+
+@pytest.mark.parametrize(
+    ("sql", "probe"),
+    [
+        ("SELECT * FROM t LIMIT 0", True),
+        ("SELECT * FROM t LIMIT 0 OFFSET 7", True),
+        ("SELECT a FROM t UNION ALL SELECT a FROM u LIMIT 0", True),
+        ("SELECT * FROM t WHERE 1 = 0", True),
+        ("SELECT * FROM t WHERE FALSE", True),
+        ("SELECT * FROM t WHERE 1 <> 1 AND 2 = 2", True),
+        ("SELECT * FROM t LIMIT 1", False),
+        ("SELECT * FROM t WHERE n = 0", False),
+        ("SELECT * FROM t WHERE 1 = 0 OR n > 0", False),
+        ("SELECT * FROM t WHERE 1 = 0 OR 2 = 2", False),
+        ("SELECT COUNT(*) FROM t WHERE 1 = 0", False),  # one row over none
+        ("SELECT a FROM t WHERE 1 = 0 GROUP BY a", False),
+        ("SELECT * FROM t WHERE 1 = (SELECT 0)", False),
+        ("SELECT * FROM t WHERE 1 = ABS(0)", False),
+    ],
+)
+def test_a_probe_is_known_by_its_form(sql, probe):
+    from sqlsdc.guard.probes import answers_no_row
+
+    assert answers_no_row(sqlglot.parse_one(sql, read="duckdb")) is probe
+
+
+def test_a_probe_of_a_refused_query_is_refused(small_limit_db):
+    with sqlsdc.connect(small_limit_db, user="analyst") as con:
+        for sql in ("SELECT * FROM persons LIMIT 0", "SELECT * FROM persons WHERE 1 = 0",
+                    "SELECT * FROM (SELECT income FROM persons) t LIMIT 0"):  # fmt: skip
+            with pytest.raises(sqlsdc.PolicyViolation, match="row-level"):
+                con.execute(sql)
