@@ -37,6 +37,7 @@ LEAK = "(SELECT MAX(income) FROM persons) AS leak, r"
     [
         f'SELECT * FROM regions "{LEAK}", regions r',
         f'SELECT * FROM regions AS "{LEAK}" CROSS JOIN regions AS r',
+        f'SELECT * FROM regions r JOIN regions "{LEAK}" USING (region)',
     ],
 )
 def test_a_quoted_alias_expanded_by_star_is_a_name_not_sql(analyst, raw, sql):
@@ -44,10 +45,11 @@ def test_a_quoted_alias_expanded_by_star_is_a_name_not_sql(analyst, raw, sql):
     rows = cursor.fetchall()
     names = [d[0] for d in cursor.description]
     assert "leak" not in names
-    assert names == ["region", "name", "population"] * 2
+    assert names[:3] == ["region", "name", "population"]
+    assert set(names) == {"region", "name", "population"}
     (truth,) = raw.execute("SELECT MAX(income) FROM persons").fetchone()
     assert not any(value == truth for row in rows for value in row)
-    assert len(rows) == 64  # 8 regions × 8: the public rows, nothing else
+    assert len(rows) == (8 if "USING" in sql else 64)  # the public rows, nothing else
 
 
 def test_tableaus_quoted_alias_of_a_custom_sql_source_is_answered(analyst):

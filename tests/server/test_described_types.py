@@ -117,3 +117,52 @@ def test_a_bi_tools_schema_probe_is_answered_with_the_querys_columns(ckm_server,
         cursor = con.execute(probe.format(inner))
         assert cursor.fetchall() == []
         assert [(d.name, d.type_code) for d in cursor.description] == [("region", 25), ("n", 20)]
+
+
+JDBC_TYPES = """
+import java.sql.*;
+public class JdbcTypes {
+    public static void main(String[] a) throws Exception {
+        try (Connection c = DriverManager.getConnection(a[0], "analyst", a[1])) {
+            try (PreparedStatement p = c.prepareStatement("SELECT region, COUNT(*) AS n, "
+                    + "AVG(income) AS m FROM persons WHERE age > ? GROUP BY region")) {
+                ResultSetMetaData d = p.getMetaData();  // Describe before Bind
+                System.out.println(d.getColumnTypeName(2) + "|" + d.getColumnTypeName(3));
+                p.setInt(1, 40);
+                try (ResultSet r = p.executeQuery()) {
+                    r.next();
+                    System.out.println(r.getObject(2).getClass().getSimpleName() + "|"
+                                       + r.getObject(3).getClass().getSimpleName());
+                }
+            }
+            try (ResultSet r = c.createStatement().executeQuery("SELECT * FROM (SELECT "
+                    + "region, COUNT(*) AS n FROM persons GROUP BY region) "
+                    + "\\"Custom SQL Query\\" LIMIT 0")) {
+                ResultSetMetaData e = r.getMetaData();
+                System.out.println(e.getColumnName(2) + "|" + e.getColumnTypeName(2) + "|"
+                                   + r.next());
+            }
+        }
+    }
+}
+"""
+
+
+def test_pgjdbc_prepared_metadata_and_tableaus_probe(dp_server, tmp_path):
+    """pgjdbc's PreparedStatement.getMetaData() describes before binding: int8 and float8,
+    and the rows are Long and Double; Tableau's probe gives the columns and no row."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    jars = sorted(Path.home().glob(".m2/repository/org/postgresql/postgresql/*/postgresql-*.jar"))
+    if shutil.which("java") is None or not jars:
+        pytest.skip("no JDK or no pgjdbc jar in ~/.m2")
+    source = tmp_path / "JdbcTypes.java"
+    source.write_text(JDBC_TYPES)
+    url = f"jdbc:postgresql://{dp_server.host}:{dp_server.port}/demo?sslmode=disable"
+    done = subprocess.run(["java", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp",
+                           str(jars[-1]), str(source), url, PASSWORD],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["int8|float8", "Long|Double", "n|int8|false"]
