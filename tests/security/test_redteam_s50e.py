@@ -185,3 +185,18 @@ def test_a_probe_of_a_refused_query_is_refused(small_limit_db):
                     "SELECT * FROM (SELECT income FROM persons) t LIMIT 0"):  # fmt: skip
             with pytest.raises(sqlsdc.PolicyViolation, match="row-level"):
                 con.execute(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        'SELECT * FROM (SELECT COUNT(*) AS n FROM persons) "Custom SQL Query" LIMIT 0',
+        "SELECT * FROM (SELECT COUNT(*) AS n FROM persons) AS t",
+    ],
+)
+def test_a_star_over_one_column_is_named_as_that_column(analyst, sql):
+    """A * expanded into one column kept the name "*" (the names were taken from the
+    expansion only when their number changed): a BI tool's probe of a total saw a column "*"
+    where its query then returned ``n`` (fails on main)."""
+    cursor = analyst.execute(sql)
+    assert [d[0] for d in cursor.description] == ["n"]
