@@ -288,7 +288,7 @@ READ_ONLY_HANDLERS = {
     "NEQ": "Generator.neq_sql", "GT": "Generator.gt_sql", "GTE": "Generator.gte_sql",
     "LT": "Generator.lt_sql", "LTE": "Generator.lte_sql", "Is": "Generator.is_sql",
     "In": "DuckDBGenerator.in_sql", "Column": "Generator.column_sql",
-    "Identifier": "Generator.identifier_sql", "Literal": "Generator.literal_sql",
+    "Identifier": "_QualifiedGenerator.identifier_sql", "Literal": "Generator.literal_sql",
     "Null": "Generator.null_sql", "Boolean": "Generator.boolean_sql", "Neg": "Generator.neg_sql",
     "Case": "Generator.case_sql",
 }  # fmt: skip

@@ -9,6 +9,8 @@ changing (:data:`PRINTED_AS_READ`) instead of copying them.
 
 from __future__ import annotations
 
+import re
+
 from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
 
@@ -34,6 +36,16 @@ class _QualifiedGenerator(DuckDB.Generator):
             return f"system.main.{call}"
         return call
 
+    def identifier_sql(self, expression: exp.Identifier) -> str:
+        """An identifier that is not a plain name (:data:`PLAIN_NAME`) is quoted even if its
+        node says otherwise: sqlglot's ``qualify`` expands ``*`` into columns whose table is
+        the alias unquoted, so ``SELECT * FROM regions "(SELECT MAX(income) FROM persons) AS
+        leak, r", regions r`` printed the alias as SQL and read a person's income (red team
+        s50e). Quoting a plain name changes nothing for DuckDB, whose names ignore case."""
+        if not expression.quoted and expression.name and not PLAIN_NAME.match(expression.name):
+            expression = exp.Identifier(this=expression.name, quoted=True)
+        return super().identifier_sql(expression)
+
     def datetrunc_sql(self, expression: exp.DateTrunc) -> str:
         return self._total_truncation(expression, super().datetrunc_sql(expression))
 
@@ -53,6 +65,9 @@ class _QualifiedGenerator(DuckDB.Generator):
         instant = self.func("epoch_us", expression.this)
         return f"CASE WHEN {instant} < {TRUNCATABLE_EPOCH_US} THEN NULL ELSE {truncated} END"
 
+
+PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+"""A name printed as it is; any other identifier is printed quoted."""
 
 TRUNCATABLE_EPOCH_US = -9223371158400000000
 """``epoch_us(TIMESTAMP '-290307-01-01')``: DuckDB truncates every timestamp from there on."""

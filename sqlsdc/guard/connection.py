@@ -48,6 +48,7 @@ from sqlsdc.guard.audited_parameters import audited_text, snapshot
 from sqlsdc.guard.auditing import Auditing
 from sqlsdc.guard.checking import Checking, Early
 from sqlsdc.guard.cursor import Cursor
+from sqlsdc.guard.described import answer_schema, described_result
 from sqlsdc.guard.dp_charge import DpCharging
 from sqlsdc.guard.dp_limits import MAX_PRIVATE_GROUPS
 from sqlsdc.guard.dp_pricing import stage_cells
@@ -59,6 +60,7 @@ from sqlsdc.guard.holding import IDLE_RELEASE_SECONDS, FileHolding, database_loc
 from sqlsdc.guard.listed_cells import listed
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery
 from sqlsdc.guard.postprocess import check_faults, record_release, values_of
+from sqlsdc.guard.probes import answers_no_row
 from sqlsdc.guard.resolve import readable
 from sqlsdc.guard.statement import built_in_text, statement_text
 from sqlsdc.jobs.patterns import ensure_patterns
@@ -238,6 +240,14 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
             except engine.EngineError as failure:
                 raise engine_failure(failure, None) from None
 
+    def describe(self, sql: str, parameters=None) -> tuple[ProtectedQuery, pa.Schema | None]:
+        """:meth:`explain`'s protected query and the types of its answer's columns, from
+        binding its SQL without running it (None where binding cannot tell them:
+        :mod:`~sqlsdc.guard.described`)."""
+        query = self.explain(sql, parameters)
+        with self._holding() as con:
+            return query, answer_schema(con, query)
+
     def verify(self, sql: str, *, mode: str | None = None, epsilon=None):
         """Compare an aggregate or OLS query on a released synthetic output with the
         confidential data (McClure and Reiter's verification server, :mod:`sqlsdc.synth.verify`):
@@ -397,6 +407,9 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
             raise
         noisy, paid = None, None
         if not query.dp_stages:
+            probed = self._probe(logged, query)
+            if probed is not None:
+                return probed
             return self._answer(logged, query, noisy, paid, self._query_id)
         try:
             try:
@@ -418,6 +431,21 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
             return self._answer(logged, query, noisy, paid, self._query_id)
         finally:
             self._settle_charged()  # cached, or stopped: others asking them price again
+
+    def _probe(self, sql: str, query: ProtectedQuery):
+        """The answer of a schema probe (:mod:`~sqlsdc.guard.probes`: no row by its form),
+        typed from binding the protected SQL and recorded as answered with 0 rows, without
+        running it; None for any other statement, or a probe whose types binding cannot give
+        (:mod:`~sqlsdc.guard.described`: run as any statement)."""
+        if not answers_no_row(query.tree):
+            return None
+        whole = described_result(self._con, query)
+        if whole is None:
+            return None
+        query_id = store.record_query(self._con, None, self.user, self._context.policy_version,
+                                      "accepted", sql, fingerprint=query.fingerprint,
+                                      rows=0)  # fmt: skip
+        return values_of(whole, query), query, query_id, whole
 
     def _answer(self, sql: str, query: ProtectedQuery, noisy: DpRelease | None,
                 paid: Charge | None, query_id: int | None):  # fmt: skip
@@ -467,7 +495,10 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
                     fingerprint=query.fingerprint, at=store.now(),
                     versions=self._current_data_version,
                     hidden=partial(hidden_cells, con, query.tree, context.to_sql,
-                                   partial(engine.run, con, timeout=self._time_left()),
+                                   partial(_run_over, con, noisy=noisy,
+                                           timeout=self._time_left(), registered=registered,
+                                           check=partial(self._check_engine_reads,
+                                                         query=query)),
                                    values.num_rows),
                     released=released, known=self._known_cells(),
                 )  # fmt: skip
@@ -588,7 +619,12 @@ def _run_over(con, sql: str, noisy: DpRelease | None, timeout: float, registered
     of the parameters, which DuckDB refuses there); others are registered under their
     relations' names, and the names added to ``registered``: the caller unregisters them once
     its transaction has ended (inside a transaction an engine error aborted, DuckDB refuses
-    it, and that refusal would replace the error the audit log must keep)."""
+    it, and that refusal would replace the error the audit log must keep). The count of a
+    cell limit's hidden cells (:func:`~sqlsdc.guard.hidden_cells.hidden_cells`) reads the
+    cells through here too: run over unregistered relations, it failed in the engine after
+    the charge for every DP query of a derived table, a LIMIT or a HAVING over few cells
+    (``SELECT * FROM (SELECT region, COUNT(*) FROM benefits GROUP BY region) t LIMIT 0``,
+    what BI tools send to learn the columns: red team s50e)."""
     params = None
     relations = noisy.relations if noisy is not None else {}
     over = listed(sql, relations) if relations else None
@@ -597,7 +633,8 @@ def _run_over(con, sql: str, noisy: DpRelease | None, timeout: float, registered
         check(checked_text)
     else:
         for name, cells in relations.items():
-            engine.register(con, name, cells)  # a DP SUM of integers as HUGEINT
-            registered.append(name)
+            if name not in registered:  # the hidden cells' count after the answer: once
+                engine.register(con, name, cells)  # a DP SUM of integers as HUGEINT
+                registered.append(name)
     return engine.run(con, sql, timeout=timeout, max_rows=MAX_ANSWER_ROWS,
                       max_bytes=MAX_ANSWER_BYTES, params=params)  # fmt: skip

@@ -71,7 +71,7 @@ class EngineReads:
             )
             violation.detail = f"{type(refusal).__name__}: {refusal}"
             raise violation from None
-        check_engine_tables(read, query.tree, self.policy)
+        check_engine_tables(read, query.tree, self.policy, query.tables)
         if len(sql) > KEPT_CHARACTERS // 64:
             return  # asked again each time, like the check cache (not kept: memory)
         if len(self._engine_checked) >= ENGINE_CHECKED_TEXTS:

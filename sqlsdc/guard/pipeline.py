@@ -287,6 +287,10 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
         walked = nodes(tree)
     check_limits(tree, sql, walked)
     names = output_names(tree)
+    starred = any(  # its columns are named by qualify's expansion, one column or many
+        isinstance(p, exp.Star) or (isinstance(p, exp.Column) and isinstance(p.this, exp.Star))
+        for p in _first_select(tree).expressions
+    )
     if name_positioned_subqueries(walked):  # GROUP BY 2 of an unnamed (SELECT ...)
         walked = nodes(tree)
     tables = sorted(check_tables(tree, context.policy, sql, walked))
@@ -306,8 +310,8 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
         qualify_tree(fresh, context.schema, sql)
         raise
     qualified_names = [p.alias_or_name for p in _first_select(tree).expressions]
-    if len(qualified_names) != len(names):  # a * was expanded
-        names = qualified_names
+    if starred or len(qualified_names) != len(names):  # a * was expanded: into one column,
+        names = qualified_names  # SELECT * FROM (SELECT COUNT(*) AS n ...) t named it "*"
     in_time()
     analysis = analyze(
         tree,

@@ -18,6 +18,7 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
+from sqlsdc.engines.duckdb_sql import PLAIN_NAME
 from sqlsdc.engines.trees import nodes
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.guard import using_columns
@@ -249,6 +250,8 @@ def qualify_tree(
             _check_output_reference(column, sql)
     for node in found[exp.Identifier]:
         _check_reserved(node.name, sql)
+        if not node.quoted and node.name and not PLAIN_NAME.match(node.name):
+            node.set("quoted", True)  # a * expanded with a quoted alias (red team s50e)
     return qualified
 
 

@@ -126,7 +126,7 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
         names = {name.split(".")[-1] for name in read}
         _check_spark_types(names, connection.analyst_schema, engine.schemas)
         check_summable(query.summed, engine.summable, engine.run)  # Spark's copy of the data
-        check_engine_tables(names, query.tree, connection.policy)
+        check_engine_tables(names, query.tree, connection.policy, query.tables)
         if query.dp_stages:
             check_portable(query.tree)  # the answer over the noisy cells: refused unpaid
             noisy, paid = _release_dp(

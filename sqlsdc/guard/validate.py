@@ -266,19 +266,36 @@ def _catalog_lookup(table: exp.Table) -> bool:
     )
 
 
-def check_engine_tables(tables_read: set[str], tree: exp.Expr, policy: Policy) -> None:
+def check_engine_tables(
+    tables_read: set[str], tree: exp.Expr, policy: Policy, checked: tuple[str, ...] = ()
+) -> None:
     """Compare the tables DuckDB says the SQL reads with the policy (defence in depth).
 
     DuckDB resolves CTE scopes itself (a CTE in scope is not a table it reads), so a name that
-    is also a CTE elsewhere in the tree is not exempt: it would be a catalog object."""
+    is also a CTE elsewhere in the tree is not exempt: it would be a catalog object. A
+    confidential table it reads must be one the protected ``tree`` reads (looked for only when
+    it is not one of ``checked``, the tables of the analyst's query): any other was read by
+    text the tree does not hold as a table (an alias printed unquoted as SQL: red team s50e)."""
     undeclared = {name for name in tables_read if policy.table(name) is None}
-    if not undeclared:  # the usual case of a DP stage's exact cells: no walk of the tree
+    named = {name.lower() for name in checked}
+    unchecked = {
+        name
+        for name in tables_read
+        if name not in undeclared and not policy.table(name).is_public and name.lower() not in named
+    }
+    if not undeclared and not unchecked:  # the usual case: no walk of the tree
         return
     # a CKM frame's ptable: walked on every new text (nodes: half the time of find_all's walk)
     tables = of_kind(nodes(tree), exp.Table)
     internal = {t.name for t in tables if _catalog_lookup(t) or _noisy_cells(t)}
     for name in sorted(undeclared - internal):
         raise InternalError(f"the engine would read undeclared table {name}")
+    in_tree = {t.name.lower() for t in tables}
+    for name in sorted(unchecked):
+        if name.lower() not in in_tree:
+            raise InternalError(
+                f"the engine would read table {name}, which the protected query does not"
+            )
 
 
 def _protected(

@@ -39,6 +39,7 @@ from sqlsdc.guard.parse import too_complex
 from sqlsdc.server import shadow
 from sqlsdc.server.limits import MAX_SETTINGS, MAX_SETTINGS_CHARACTERS
 from sqlsdc.server.pg_dialect import CatalogPostgres
+from sqlsdc.server.quoted_literals import quoted_literals
 from sqlsdc.server.sqlstate import StatementError
 from sqlsdc.server.textcache import text_cache
 from sqlsdc.server.visible import visible_tables
@@ -235,6 +236,9 @@ class SessionCatalog:
                                     "notifications")  # fmt: skip
         if keyword in _TRANSACTION_TAGS:
             return CatalogAnswer(None, _TRANSACTION_TAGS[keyword])
+        quoted = quoted_literals(text, params)  # asyncpg's copy_from_query with arguments
+        if quoted is not None:
+            return CatalogAnswer(quoted, "SELECT 1")
         return self._query(text, params)
 
     # --- session settings --------------------------------------------------------------

@@ -23,7 +23,7 @@ from sqlsdc.server.qualified import unqualified
 from sqlsdc.server.rows import description
 from sqlsdc.server.running import catalog_answer, database_name, named
 from sqlsdc.server.sqlstate import StatementError, error_fields
-from sqlsdc.server.statement_text import BLANK, typed_parameters, untyped_parameters
+from sqlsdc.server.statement_text import BLANK, tag_of, typed_parameters, untyped_parameters
 
 
 class ExtendedProtocol:
@@ -130,6 +130,10 @@ class ExtendedProtocol:
         message = codec.parse_describe(body)
         if message.kind == "S":
             statement = self._statement(message.name)
+            if tag_of(statement.sql) == "COPY":  # no row description, as in PostgreSQL
+                self._send(codec.parameter_description(statement.param_types))
+                self._send(codec.NO_DATA)
+                return
             if not statement.inferred and types.TEXT in statement.param_types:
                 try:  # parsed: in the pool, within the user's share
                     statement.param_types = await self.server.in_pool(
@@ -141,9 +145,9 @@ class ExtendedProtocol:
             self._send(codec.parameter_description(statement.param_types))
             if BLANK.match(statement.sql):
                 self._send(codec.NO_DATA)
-            elif statement.param_types:  # columns without running: names only, typed as text
+            elif statement.param_types:  # columns without running: typed where binding can
                 shape = await self._shape(statement)
-                if isinstance(shape, pa.Schema):  # the catalog's, typed (no data read)
+                if isinstance(shape, pa.Schema):  # bound, typed (no data read)
                     statement.schema = shape
                     self._send(description(shape.empty_table(), (), text_only=False))
                 else:
@@ -157,7 +161,7 @@ class ExtendedProtocol:
                            if statement.described.table is not None else codec.NO_DATA)  # fmt: skip
             return
         portal = self._portal(message.name)
-        if BLANK.match(portal.statement.sql):
+        if BLANK.match(portal.statement.sql) or tag_of(portal.statement.sql) == "COPY":
             self._send(codec.NO_DATA)
             return
         await self._portal_result(portal, message.name)
@@ -176,7 +180,11 @@ class ExtendedProtocol:
         """Columns of a parameterised statement, without running it, with every parameter
         NULL (an array's a list of one NULL: ``= ANY($1)`` takes a list; nothing is read or
         charged): the catalog's answer, typed (asyncpg reads the oids of its type
-        introspection as integers), or the names of the guard's plan."""
+        introspection as integers), or the guard's plan, typed from binding its protected SQL
+        (:meth:`~sqlsdc.guard.connection.Connection.describe`: asyncpg's ``COUNT(*)`` came back
+        as the string ``'6373'``), or named only where binding cannot type it (DP cells,
+        suppression patterns: text). The answer is cast to the types described
+        (:func:`~sqlsdc.server.portals.as_described`)."""
         nulls = tuple([None] if t in arrays.ELEMENTS else None for t in statement.param_types)
 
         if cursors.cursor_text(statement.sql) is not None:
@@ -190,11 +198,14 @@ class ExtendedProtocol:
                 return [] if answer.table is None else named(statement.sql, answer).table.schema
             sql = unqualified(statement.sql, database_name(self.connection))
             try:
-                names = [c.name for c in self.connection.explain(sql, nulls).columns]
+                query, schema = self.connection.describe(sql, nulls)
             except Error as refusal:  # explain audits nothing: audited here, as execute would
                 self.connection.audit_refusal(sql, refusal)
                 raise
-            return postgres_names(sql, names)
+            names = postgres_names(sql, [c.name for c in query.columns])
+            if schema is None:  # DP cells, a suppression pattern: named, typed as text
+                return names
+            return pa.schema(f.with_name(n) for f, n in zip(schema, names, strict=True))
 
         try:
             return await self.server.in_pool(names, user=self.user)  # the guard plans: a share
@@ -207,12 +218,27 @@ class ExtendedProtocol:
         if BLANK.match(portal.statement.sql):
             self._send(codec.EMPTY_QUERY)
             return
+        if tag_of(portal.statement.sql) == "COPY":  # pg8000 sends every statement this way
+            await self._copy_portal(portal)
+            return
         await self._portal_result(portal, message.portal)
         if portal.result.table is None:
             self._send(codec.command_complete(portal.result.tag))
             return
         portal.position = await self._rows(portal.result, portal.formats, portal.text_only,
                                            portal.position, message.max_rows)  # fmt: skip
+
+    async def _copy_portal(self, portal: Portal) -> None:
+        """Execute of a ``COPY (query) TO STDOUT`` portal: its query's answer, with the
+        portal's parameters, written as the simple protocol writes it (CopyOutResponse,
+        CopyData, CopyDone, ``COPY n``), whatever row limit the Execute names (PostgreSQL
+        sends a COPY's rows whole). It was refused as COPY (pg8000 sends every statement
+        through Parse, Bind and Execute)."""
+        copy = await self._copy(portal.statement.sql)
+        if copy is None:  # COPY table, COPY ... FROM: the guard refuses them, audited
+            await self._kept(portal.statement.sql, portal.params)
+            return
+        await self._copy_rows(copy, await self._kept(copy.query, portal.params))
 
     async def _close_message(self, body: codec.Reader) -> None:
         message = codec.parse_close(body)

@@ -11,6 +11,7 @@ import re
 
 from sqlsdc.server import arrays, types
 from sqlsdc.server.limits import MAX_PARAMETERS
+from sqlsdc.server.quoted_literals import is_quoting, quoting_types
 
 BLANK = re.compile(r"(?:\s|;|--[^\n]*+(?:\n|\Z)|/\*.*?\*/)*+\Z", re.S)
 """Spaces, semicolons and comments only (matched from the start), each comment the shortest: the
@@ -25,11 +26,13 @@ _NOT_CODE = re.compile(
 """String literals, quoted names and comments, an unclosed one to the end (so that a text of
 many unclosed ``/*`` is read once, not once per ``/*``): a ``$1`` inside them is no parameter."""
 _CAST = re.compile(
-    r"\$(\d{1,5})\s*::\s*([a-z0-9_]+)(\s*\[\s*\])?"
-    r"|cast\s*\(\s*\$(\d{1,5})\s+as\s+([a-z0-9_]+)(\s*\[\s*\])?",
+    r"\$(\d{1,5})\s*::\s*(?:pg_catalog\s*\.\s*)?([a-z0-9_]+)(\s*\[\s*\])?"
+    r"|cast\s*\(\s*\$(\d{1,5})\s+as\s+(?:pg_catalog\s*\.\s*)?([a-z0-9_]+)(\s*\[\s*\])?",
     re.I,
 )
-"""``$n::type`` and ``CAST($n AS type)``, ``type[]`` an array of it (a list for ``= ANY``)."""
+"""``$n::type`` and ``CAST($n AS type)``, ``type[]`` an array of it (a list for ``= ANY``);
+the type may be qualified ``pg_catalog.int4``, as asyncpg writes it (its ``copy_from_query``
+with arguments: :mod:`sqlsdc.server.quoted_literals`)."""
 _ANY = re.compile(r"=\s*+any\s*+\(\s*+\$(\d{1,5})\s*+\)", re.I)
 """``= ANY($n)``: an untyped ``$n`` there is an array of the compared column's type, as
 PostgreSQL infers it (:mod:`sqlsdc.server.list_types`), else of text, as psycopg sends a list
@@ -66,11 +69,13 @@ def untyped_parameters(sql: str, given: tuple[int, ...]) -> set[int]:
 def typed_parameters(sql: str, given: tuple[int, ...]) -> tuple[tuple[int, ...], set[int]]:
     """:func:`parameter_types`, and the numbers of the parameters typed an array of text only
     because they stand untyped in ``= ANY($n)`` (whose column may tell their type)."""
+    cast = {}
+    if is_quoting(sql):  # asyncpg's: its types are quoted names, blanked below
+        cast = {n: types.NAMES.get(name, types.TEXT) for n, name in quoting_types(sql).items()}
     sql = _NOT_CODE.sub(" ", sql)  # WHERE code <> '$2' takes no parameter
     count = max([len(given), *(int(n) for n in _PARAMETER.findall(sql))])
     if count > MAX_PARAMETERS:
         raise ValueError(f"{count} parameters")
-    cast = {}
     for match in _CAST.finditer(sql):
         number, name, array = match.group(1, 2, 3) if match.group(1) else match.group(4, 5, 6)
         oid = types.NAMES.get(name.lower(), types.TEXT)

@@ -69,6 +69,17 @@ def server_db(pristine_demo_db, tmp_path_factory, copy_database) -> Path:
     return db
 
 
+@pytest.fixture(scope="module")
+def dp_server(ckm_db, tmp_path_factory, copy_database):
+    """A server on the demo as shipped: persons under the cell key method, benefits under
+    differential privacy."""
+    db = copy_database(ckm_db, tmp_path_factory.mktemp("dp_server"))
+    add_server_user(db)
+    running = start_server(db, "--insecure")
+    yield running
+    stop_server(running)
+
+
 @pytest.fixture(scope="session")
 def tls_files(tmp_path_factory) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 and its key."""

@@ -11,7 +11,7 @@ from fractions import Fraction
 import pytest
 
 from sqlsdc.engines.duckdb import open_database
-from tests.server.conftest import PASSWORD, add_server_user, start_server, stop_server
+from tests.server.conftest import PASSWORD
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -171,16 +171,6 @@ def _spent(con) -> Fraction:
     rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
     (row,) = [r for r in rows if (r["user"], r["table"]) == ("analyst", "*")]
     return Fraction(row["epsilon_spent"])
-
-
-@pytest.fixture(scope="module")
-def dp_server(ckm_db, tmp_path_factory, copy_database):
-    """A server on the demo as shipped: benefits under differential privacy."""
-    db = copy_database(ckm_db, tmp_path_factory.mktemp("dp_server"))
-    add_server_user(db)
-    running = start_server(db, "--insecure")
-    yield running
-    stop_server(running)
 
 
 def test_a_cursor_over_a_dp_query_is_charged_once_when_declared(dp_server):

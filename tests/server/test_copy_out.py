@@ -13,6 +13,7 @@ import pytest
 import sqlsdc
 from sqlsdc.errors import NotSupportedError
 from sqlsdc.server.copy_out import CopyOut, copy_messages, copy_out
+from tests.server.conftest import PASSWORD
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -106,3 +107,90 @@ def test_psql_copies_a_protected_answer_to_a_csv_file(server, tmp_path):
     with sqlsdc.connect(server.db, user="analyst") as embedded:
         expected = embedded.execute(sql).fetchall()
     assert target.read_text().splitlines() == ["sex,n", *(f"{s},{n}" for s, n in expected)]
+
+
+# --- COPY in the extended protocol (pg8000) and asyncpg's copy_from_query with arguments --------
+
+AGES = "SELECT region, COUNT(*) AS n FROM persons WHERE age > {} GROUP BY region ORDER BY region"
+
+
+def _expected(server, sql: str) -> list[str]:
+    with sqlsdc.connect(server.db, user="analyst") as embedded:
+        return [f"{r},{n}" for r, n in embedded.execute(sql).fetchall()]
+
+
+def test_pg8000_copies_through_parse_bind_and_execute(server):
+    """pg8000 sends every statement through Parse, Bind and Execute: a COPY there was refused
+    ("COPY statements are not allowed"; red team s50e, fails on main); its parameters are the
+    query's."""
+    pg8000 = pytest.importorskip("pg8000.native")
+    import io
+
+    con = pg8000.Connection("analyst", host=server.host, port=server.port, database="demo",
+                            password=PASSWORD)  # fmt: skip
+    try:
+        plain, aged = io.BytesIO(), io.BytesIO()
+        con.run(f"COPY ({GROUPS}) TO STDOUT (FORMAT csv)", stream=plain)
+        assert con.row_count == 8
+        con.run(f"COPY ({AGES.format(':a')}) TO STDOUT (FORMAT csv)", stream=aged, a=40)
+        for sql in ("COPY (SELECT * FROM persons) TO STDOUT", "COPY persons TO STDOUT"):
+            with pytest.raises(pg8000.DatabaseError, match="42501"):
+                con.run(sql, stream=io.BytesIO())
+        assert con.run("SELECT 1") == [[1]]  # the session goes on
+    finally:
+        con.close()
+    assert plain.getvalue().decode().splitlines() == _expected(server, GROUPS)
+    assert aged.getvalue().decode().splitlines() == _expected(server, AGES.format(40))
+
+
+def test_asyncpg_copy_from_query_with_arguments(server):
+    """asyncpg inlines the arguments of ``copy_from_query`` by asking the server ``SELECT
+    quote_literal($1::"pg_catalog"."int4"::text)``, which the guard refused ("type
+    'pg_catalog.int4' is not a built-in type"; red team s50e, fails on main)."""
+    asyncpg = pytest.importorskip("asyncpg")
+    import asyncio
+    import io
+
+    async def main():
+        con = await asyncpg.connect(host=server.host, port=server.port, user="analyst",
+                                    password=PASSWORD, database="demo", ssl=False)  # fmt: skip
+        try:
+            out = io.BytesIO()
+            status = await con.copy_from_query(AGES.format("$1"), 40, output=out, format="csv")
+            named = io.BytesIO()
+            await con.copy_from_query("SELECT region, COUNT(*) AS n FROM persons WHERE "
+                                      "region = $1 GROUP BY region", "R01'\\", output=named,
+                                      format="csv")  # fmt: skip
+            return status, out.getvalue().decode(), named.getvalue()
+        finally:
+            await con.close()
+
+    status, data, named = asyncio.run(main())
+    assert status == "COPY 8"
+    assert data.splitlines() == _expected(server, AGES.format(40))
+    assert named == b""  # no region of that name: no row (its quotes reached the guard intact)
+
+
+@pytest.mark.parametrize(
+    ("text", "literal"),
+    [("40", "'40'"), ("O'Brien", "'O''Brien'"), ("a\\b", "'a\\b'"), ("", "''")],
+)
+def test_quote_literal_quotes_as_postgresql(text, literal):
+    from sqlsdc.server.quoted_literals import quote_literal
+
+    assert quote_literal(text) == literal
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        'SELECT quote_literal($1::"pg_catalog"."int4"::text) FROM persons',
+        "SELECT quote_literal(income::text)",
+        'SELECT quote_literal($1::"pg_catalog"."int4"::text), income',
+        "SELECT quote_literal($1::text) UNION SELECT region FROM persons",
+    ],
+)
+def test_only_asyncpgs_exact_quoting_statement_is_answered_beside_the_guard(sql):
+    from sqlsdc.server.quoted_literals import quoted_literals
+
+    assert quoted_literals(sql, (1,)) is None
