@@ -1,0 +1,74 @@
+"""Red team s50g: DuckDB's own SQL surface, and what sqlglot's DuckDB generator writes for it.
+
+Found, fixed here:
+
+- ``CEIL(x, n)`` and ``FLOOR(x, n)`` (a precision: sqlglot reads DuckDB's ``CEIL``/``FLOOR`` with a
+  second argument, which DuckDB itself does not take, as ``Ceil(decimals=n)``) were checked as
+  one-value functions: the precision was not a literal argument as ROUND's is. sqlglot's DuckDB
+  generator writes the call as ``ROUND(CEIL(x * POWER(10, CAST(n AS INT))) / POWER(10, CAST(n AS
+  INT)), n)``, casting a precision not typed as an integer to INT: a cast the guard never saw,
+  which fails for a DOUBLE out of INT's range. ``WHERE CEIL(CAST(1.5 AS DOUBLE), CASE WHEN
+  <one person's quasi-identifiers> AND age = 39 THEN 1e10 ELSE 1 END) > 0`` failed in the engine
+  exactly when that person is 39: an error oracle. On the 20,000-person demo, the 5 first persons
+  alone in their (municipality, sex, occupation) had their exact age told, 5 of 5, by 32
+  queries of ``age >= k`` in all (bisection; 196 by trying each age), 1.6 s of CPU a person.
+  Now the precision must be a small integer literal, as ROUND's; all 32 are refused.
+
+Held (tried against the guarded connection as ``analyst``; refused with a clear message or
+answered with protected aggregates only): FROM-first SELECT, GROUP BY ALL / ORDER BY ALL
+(expanded by the guard), QUALIFY, FILTER (WHERE), USING SAMPLE, UNION BY NAME, POSITIONAL and
+ASOF joins, LATERAL, table column aliases ``persons AS p(a, b)``, the row as a column
+(``SELECT p ... FROM persons p``), ``COUNT(p.*)``, ``COLUMNS(...)`` and its lambda, ``try()``,
+``regexp_*``, string slices ``region[1:2]``, ``#n`` positional columns, select aliases read in
+GROUP BY (``region AS age ... GROUP BY age`` binds the column, as DuckDB does), CUBE / ROLLUP /
+GROUPING SETS (refused under DP, every cell protected under CKM), window frames with EXCLUDE
+(over protected cells), ORDER BY a hidden SUM (ordered by the protected value); every error
+oracle of 38 shapes: casts, exact arithmetic and negation, ``//`` and ``%`` with computed
+divisors, COALESCE / GREATEST / NULLIF / CASE / IN mixing a number column with text literals,
+LN / LOG / SQRT / POW / EXP of exact and DOUBLE values, computed ROUND / SUBSTRING / STRFTIME /
+DATE_TRUNC / INTERVAL arguments; comments holding ``*/`` (the generator breaks them up);
+DuckDB-only literals (``0x10``, ``1_000``, ``$$...$$``, ``e'...'``: read by sqlglot as what it
+then writes, so the engine runs what was checked). Every DuckDB function sqlglot reads into a
+node the guard allows was listed (97 names by 1-3 arguments) and the SQL written for it read:
+``CEIL``/``FLOOR`` with a precision was the one that wrote an operation the guard had not seen.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import sqlsdc
+from sqlsdc.errors import PolicyViolation
+
+# One person in the demo data (seed 7, 20,000 persons): the only one with these values.
+TARGET = "municipality = 'R08-M018' AND sex = 'F' AND occupation = 'craft_trades'"
+
+
+def _precision(function: str, condition: str) -> str:
+    return (
+        f"SELECT region, COUNT(*) FROM persons WHERE {function}(CAST(1.5 AS DOUBLE), "
+        f"CASE WHEN {condition} THEN 1e10 ELSE 1 END) > 0 GROUP BY region"
+    )
+
+
+@pytest.mark.parametrize("function", ["CEIL", "FLOOR", "CEILING"])
+def test_a_computed_precision_of_ceil_or_floor_is_refused(demo_db, function):
+    """Old: answered when no row meets the condition, failed in the engine when one does (the
+    generator's ``CAST(<precision> AS INT)`` of 1e10): ``age >= 200`` answered, ``age >= 22``
+    failed. Now both are refused before anything runs, saying the precision must be a
+    literal."""
+    with sqlsdc.connect(demo_db, user="analyst") as con:
+        for condition in ("age >= 200", "age >= 22", f"{TARGET} AND age = 41"):
+            with pytest.raises(PolicyViolation, match="precision of (CEIL|FLOOR) must be"):
+                con.execute(_precision(function, condition)).fetchall()
+
+
+def test_a_literal_precision_of_ceil_or_floor_is_answered(demo_db):
+    """The legitimate use keeps working: a whole-number literal precision (as ROUND's)."""
+    sql = "SELECT FLOOR(CAST(age AS DOUBLE), -1) AS decade, COUNT(*) FROM persons GROUP BY decade"
+    with sqlsdc.connect(demo_db, user="analyst") as con:
+        decades = [row[0] for row in con.execute(sql).fetchall()]
+    assert decades[:3] == [0.0, 10.0, 20.0]
+    with sqlsdc.connect(demo_db, user="analyst") as con:
+        with pytest.raises(PolicyViolation, match="precision of CEIL"):
+            con.execute("SELECT COUNT(*) FROM persons WHERE CEIL(CAST(age AS DOUBLE), 1.5) > 1")
