@@ -13,6 +13,8 @@ Found, fixed here:
   alone in their (municipality, sex, occupation) had their exact age told, 5 of 5, by 32
   queries of ``age >= k`` in all (bisection; 196 by trying each age), 1.6 s of CPU a person.
   Now the precision must be a small integer literal, as ROUND's; all 32 are refused.
+- DuckDB's ``COUNT()`` (no argument: its count of rows) over confidential rows was an internal
+  error ("a bug in sqlsdc"); now refused, naming ``COUNT(*)``. Not data-dependent (no oracle).
 
 Held (tried against the guarded connection as ``analyst``; refused with a clear message or
 answered with protected aggregates only): FROM-first SELECT, GROUP BY ALL / ORDER BY ALL
@@ -72,3 +74,21 @@ def test_a_literal_precision_of_ceil_or_floor_is_answered(demo_db):
     with sqlsdc.connect(demo_db, user="analyst") as con:
         with pytest.raises(PolicyViolation, match="precision of CEIL"):
             con.execute("SELECT COUNT(*) FROM persons WHERE CEIL(CAST(age AS DOUBLE), 1.5) > 1")
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT region, COUNT() FROM persons GROUP BY region",
+        "SELECT COUNT(*) FROM (SELECT region, COUNT() AS c FROM persons GROUP BY region) AS t",
+        "SELECT scheme, COUNT() FROM benefits GROUP BY scheme",
+    ],
+)
+def test_count_without_an_argument_is_refused_with_a_hint(demo_db, sql):
+    """DuckDB's ``COUNT()`` (its count of rows; sqlglot keeps no argument) failed the guard as
+    an internal error ("AttributeError ... this is a bug in sqlsdc"); now it is refused,
+    naming ``COUNT(*)``. Over a public table it stays answered."""
+    with sqlsdc.connect(demo_db, user="analyst") as con:
+        with pytest.raises(PolicyViolation, match=r"COUNT\(\) without an argument.*COUNT\(\*\)"):
+            con.execute(sql)
+        assert con.execute("SELECT COUNT() FROM regions").fetchall() == [(8,)]
