@@ -15,6 +15,11 @@ Found, fixed here:
   Now the precision must be a small integer literal, as ROUND's; all 32 are refused.
 - DuckDB's ``COUNT()`` (no argument: its count of rows) over confidential rows was an internal
   error ("a bug in sqlsdc"); now refused, naming ``COUNT(*)``. Not data-dependent (no oracle).
+- under cell limits (the shipped demo policy has them), a statement whose CTE the guard keeps
+  rather than inlines (``WITH r(a) AS ...``, ``WITH r AS MATERIALIZED ...``) always failed in
+  the engine: the statement counting a frame's hidden groups copied the statement's WITH from
+  sqlglot's old key ``with`` (now ``with_``), so it read a CTE it did not define. Not
+  data-dependent (a catalog error at bind); now answered and charged.
 
 Held (tried against the guarded connection as ``analyst``; refused with a clear message or
 answered with protected aggregates only): FROM-first SELECT, GROUP BY ALL / ORDER BY ALL
@@ -37,6 +42,8 @@ node the guard allows was listed (97 names by 1-3 arguments) and the SQL written
 
 from __future__ import annotations
 
+import shutil
+
 import duckdb
 import pytest
 import sqlglot
@@ -45,10 +52,13 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 
 import sqlsdc
+from sqlsdc.catalog.cell_limits import CellLimitReached
+from sqlsdc.demo.build import build_demo_database, demo_policy
 from sqlsdc.engines.duckdb_sql import to_sql
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.planner.allowlist import ALLOWED
 from sqlsdc.planner.signatures import SIGNATURES, literal_refusal
+from sqlsdc.policy import load_policy
 
 # One person in the demo data (seed 7, 20,000 persons): the only one with these values.
 TARGET = "municipality = 'R08-M018' AND sex = 'F' AND occupation = 'craft_trades'"
@@ -159,3 +169,36 @@ def test_sqlglot_writes_no_cast_the_guard_did_not_see():
                 sql = f"SELECT {name}({', '.join([first, *rest])}) AS r FROM t"
                 found += [(sql, cast) for cast in _new_casts(sql)]
     assert found == []
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory):
+    """A small demo whose analyst may be released 20 cells of persons a day."""
+    document = demo_policy().document_dict()
+    document["budgets"] = [b for b in document.get("budgets", []) if b.get("user") != "analyst"]
+    document["cell_limits"] = [{"user": "analyst", "table": "persons", "cells": 20}]
+    path = tmp_path_factory.mktemp("s50g") / "demo.duckdb"
+    build_demo_database(path, persons=2000, seed=50, policy=load_policy(document, name="s50g"))
+    return path
+
+
+@pytest.mark.parametrize(
+    "cte",
+    [
+        "WITH r(a) AS (SELECT region FROM persons WHERE age >= {age})",
+        "WITH r AS MATERIALIZED (SELECT region AS a FROM persons WHERE age >= {age})",
+    ],
+)
+def test_a_kept_cte_is_counted_under_cell_limits(limited, tmp_path, cte):
+    """Under cell limits the groups a HAVING hides are counted by a statement over the frame,
+    which was built without the statement's WITH (read under sqlglot's old key "with"): a CTE
+    the guard keeps (column names, MATERIALIZED) made every such query fail in the engine
+    ("Table with name r does not exist"). Now the first is answered and charged its 8 regions
+    times 2 aggregates (16 of 20 cells); the second would pass the limit and is refused."""
+    path = tmp_path / "demo.duckdb"
+    shutil.copy(limited, path)
+    sql = cte + " SELECT a, COUNT(*) FROM r GROUP BY a HAVING COUNT(*) > 99999"
+    with sqlsdc.connect(path, user="analyst") as con:
+        assert con.execute(sql.format(age=1)).fetchall() == []
+        with pytest.raises(CellLimitReached):
+            con.execute(sql.format(age=2)).fetchall()
