@@ -15,6 +15,7 @@ as a timer thread's would be, and the watchdog goes on.
 
 from __future__ import annotations
 
+import atexit
 import heapq
 import itertools
 import os
@@ -75,15 +76,30 @@ def after(seconds: float, action: Callable[[], object]) -> Alarm:
     return alarm
 
 
+_running = threading.Lock()  # held while an action runs; taken for good at interpreter exit
+
+
 def _watch() -> None:
     while True:
         action = _next_due()
-        try:
-            action()
-        except Exception:
-            failure = (*sys.exc_info(), threading.current_thread())
-            threading.excepthook(threading.ExceptHookArgs(failure))
-        del action  # keep nothing alive while waiting
+        with _running:
+            try:
+                action()
+            except Exception:
+                failure = (*sys.exc_info(), threading.current_thread())
+                threading.excepthook(threading.ExceptHookArgs(failure))
+            del action  # keep nothing alive while waiting
+
+
+@atexit.register
+def _finish_at_exit() -> None:
+    """Let a running action end before the interpreter stops, and start no other: Python
+    ends a daemon thread at exit wherever it is, and one inside DuckDB (an idle release
+    closing its connection, about 0.1 s after a second of idleness) aborted the process
+    ("terminate called after throwing an instance of ''", SIGABRT, exit 134): any script that
+    left a connection open and ended in that window (red team s50g). The lock is never given
+    back: the watchdog waits on it, outside the engine."""
+    _running.acquire()
 
 
 def _next_due() -> Callable[[], object]:
@@ -108,8 +124,8 @@ def _next_due() -> Callable[[], object]:
 
 def _forget_after_fork() -> None:
     """A forked child has no watchdog thread (nor its parent's alarms): it starts its own."""
-    global _due, _state
-    _due, _state = threading.Condition(), _State()
+    global _due, _state, _running
+    _due, _state, _running = threading.Condition(), _State(), threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)

@@ -120,6 +120,8 @@ class AggregateChecks:
             argument = argument.expressions[0]
         if isinstance(argument, exp.Star):
             return [aggregate]
+        if argument is None:  # DuckDB's COUNT(), its count of rows: sqlglot keeps no argument
+            raise self.refuse(f"{name}() without an argument is not supported", "write COUNT(*)")
         lineage = self.lineage(argument, info.scope, infos)
         if isinstance(aggregate, exp.Count):
             if distinct:

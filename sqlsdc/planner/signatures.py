@@ -63,6 +63,7 @@ class Signature:
 _DATE = "CAST('2000-01-01 00:00:00' AS TIMESTAMP)"
 _DATE_PART = LiteralArgument("unit", "date part")
 _DIVISOR = (LiteralArgument("expression", "divisor", Check.POSITIVE),)
+_PRECISION = LiteralArgument("decimals", "precision", Check.SMALL_INTEGER)
 
 
 def _value(name: str) -> Signature:
@@ -107,8 +108,11 @@ SIGNATURES: dict[type, Signature] = {
     ),
     exp.Mod: Signature("%", _DIVISOR, "x % 10 with a literal divisor"),
     exp.Abs: _value("ABS"),
-    exp.Floor: _value("FLOOR"),
-    exp.Ceil: _value("CEIL"),
+    # FLOOR(x, n) / CEIL(x, n): sqlglot writes them ROUND(FLOOR(x * POWER(10, CAST(n AS INT)))
+    # / ..., n), casting a precision not typed as an integer to INT (which fails for a DOUBLE
+    # out of its range): the precision is a literal, as ROUND's (red team s50g).
+    exp.Floor: Signature("FLOOR", (_PRECISION,), "FLOOR(CAST(x AS DOUBLE), -1)"),
+    exp.Ceil: Signature("CEIL", (_PRECISION,), "CEIL(CAST(x AS DOUBLE), 1)"),
     exp.Sign: _value("SIGN"),
     exp.Sqrt: _value("SQRT"),
     exp.Ln: _value("LN"),
@@ -117,7 +121,7 @@ SIGNATURES: dict[type, Signature] = {
     exp.Pow: _value("POW"),
     exp.Round: Signature(
         "ROUND",
-        (LiteralArgument("decimals", "precision", Check.SMALL_INTEGER),),
+        (_PRECISION,),
         "ROUND(CAST(x AS DOUBLE), 2)",
     ),
     # Text: total on text; positions are literals so that no value can make them fail.

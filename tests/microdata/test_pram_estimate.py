@@ -110,3 +110,14 @@ def test_an_invariant_matrix_is_never_used(fresh_demo_db):
                 "SELECT education, COUNT(*) AS n FROM seniors_syn WHERE occupation = 'clerks' "
                 "GROUP BY education"
             )
+
+
+def test_a_statement_with_ctes_is_refused():
+    """A WITH is refused as the form requires (``FROM`` the output itself): the check read
+    sqlglot's old key ``with`` and let ``WITH t AS (SELECT a FROM persons) ... FROM t``
+    through to the rewrite, which wrapped it in its own CTE (red team s50g; the guard then
+    judged the result, so this is the form's own refusal, not a leak)."""
+    matrices = {"a": (["x", "y"], np.array([[0.8, 0.2], [0.2, 0.8]]))}
+    sql = "WITH t AS (SELECT a FROM persons) SELECT a, COUNT(*) FROM t GROUP BY a"
+    with pytest.raises(PolicyViolation, match="one count query on one output"):
+        corrected_counts(sql, "t", matrices)
