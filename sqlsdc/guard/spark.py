@@ -196,18 +196,24 @@ def _record(connection: Connection, con, query, query_id: int, result: pa.Table,
 
 def _duckdb_types(con, sql: str, noisy) -> pa.Schema:
     """The types of DuckDB's answer to the protected ``sql`` (bound over the noisy DP cells,
-    not run): Spark's answer is given in them, as the DuckDB cursor gives it. An ENUM column
-    is its labels' text, as the cursor gives it (:func:`~sqlsdc.guard.postprocess.values_of`):
-    DuckDB types it as a dictionary of every label, Spark's copy holds the text, and an answer
-    grouped by an ENUM failed on Spark ("computed as string"; s50h)."""
+    not run): Spark's answer is given in them, as the DuckDB cursor gives it (an ENUM as
+    text: :func:`_as_given`)."""
     relations = noisy.relations if noisy is not None else {}
     for name, cells in relations.items():
         register(con, name, cells)
     try:
-        return without_dictionaries(result_schema(con, sql).empty_table()).schema
+        return _as_given(result_schema(con, sql))
     finally:
         for name in relations:
             con.unregister(name)
+
+
+def _as_given(schema: pa.Schema) -> pa.Schema:
+    """DuckDB's ``schema`` with an ENUM column as its labels' text, as the DuckDB cursor gives
+    it (:func:`~sqlsdc.guard.postprocess.values_of`). DuckDB binds an ENUM as a dictionary of
+    every label, Spark's copy holds the text: an answer or DP stage grouped by an ENUM failed
+    on Spark ("computed as string"), a DP one after its charge (s50h)."""
+    return without_dictionaries(schema.empty_table()).schema
 
 
 def _check_spark_can_release(query: ProtectedQuery) -> None:
@@ -259,7 +265,7 @@ def _release_dp(connection: Connection, con, engine: SparkEngine, query, query_i
 
     def run(text: str) -> pa.Table:  # stage SQL by its tree; public domains parsed from text
         answer = engine.run_exact(trees.get(text) or parse_duckdb_text(text))
-        return as_types(answer, result_schema(con, text))  # exact, as DuckDB gives them
+        return as_types(answer, _as_given(result_schema(con, text)))  # exact, as DuckDB's
 
     return connection._release_dp(query, query_id, sql, run=run, data_version=engine.data_version)
 
