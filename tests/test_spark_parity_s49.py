@@ -31,6 +31,7 @@ HUGEINT and DECIMAL(p, 0) values converted to DOUBLE differ in the last bit for 
 
 from __future__ import annotations
 
+import copy
 import random
 import shutil
 from decimal import Decimal
@@ -40,6 +41,7 @@ import duckdb
 import pytest
 import sqlglot
 from spark_session import local_session, skip_without_jdk
+from test_own_schema import POLICY as OFFICE_POLICY
 
 import sqlsdc
 from sqlsdc.demo.build import build_demo_database, demo_policy
@@ -227,15 +229,7 @@ FROM range(900) r(i)
 """
 
 FIRMS_POLICY = {
-    "protection": {
-        "min_frequency": 3,
-        "counts": {"method": "ckm", "ptable": {"D": 5, "V": 2}},
-        "magnitudes": {
-            "method": "ckm",
-            "ptable": {"D": 4, "V": 1, "step": 12},
-            "flex": {"fp": 10000, "p_small": 0.2, "p_large": 0.05},
-        },
-    },
+    "protection": copy.deepcopy(OFFICE_POLICY["protection"]),  # CKM, min_frequency 3
     "tables": {
         "firms": {
             "privacy_unit": "firm_id",
