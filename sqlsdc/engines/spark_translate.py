@@ -109,6 +109,39 @@ def read_as_duckdb(tree: exp.Expr) -> exp.Expr:
     return carry_names(tree, sqlglot.parse_one(tree.sql(dialect="duckdb"), read="duckdb"))
 
 
+def parse_duckdb_text(text: str) -> exp.Expr:
+    """The tree of DuckDB SQL ``text`` that :func:`sqlsdc.engines.duckdb_sql.to_sql` wrote:
+    its built-ins called ``system.main.f(...)`` (which sqlglot reads back as a column path to
+    an anonymous function, not portable) are read as the plain calls they are, as the tree
+    that text was written from holds them. A DP statement's count of a public table's rows
+    (its answer's bound, before the charge) reached Spark only as such text, and was refused
+    (a CTE of an outer join with a public table, answered on DuckDB; s50h)."""
+    tree = sqlglot.parse_one(text, read="duckdb")
+    qualified = [
+        dot
+        for dot in tree.find_all(exp.Dot)
+        if isinstance(dot.expression, exp.Func) and _spells(dot.this, ("system", "main"))
+    ]
+    if not qualified:
+        return tree
+    for dot in qualified:
+        dot.replace(dot.expression)
+    return sqlglot.parse_one(tree.sql(dialect="duckdb"), read="duckdb")  # COUNT(*) as Count
+
+
+def _spells(node: exp.Expr, names: tuple[str, ...]) -> bool:
+    """Whether ``node`` is the dotted path of unquoted ``names`` (``system.main``)."""
+    parts = []
+    while isinstance(node, exp.Dot):
+        parts.insert(0, node.expression)
+        node = node.this
+    parts.insert(0, node)
+    return len(parts) == len(names) and all(
+        isinstance(part, exp.Identifier) and not part.quoted and part.name.lower() == name
+        for part, name in zip(parts, names, strict=True)
+    )
+
+
 def check_portable(tree: exp.Expr) -> None:
     """Raise NotSupportedError naming the first construct of ``tree`` not known to be portable."""
     check_duckdb_tree(read_as_duckdb(tree))

@@ -25,6 +25,11 @@ anything is charged. Every result (the stages' exact cells, the answer) is given
 DuckDB binds for the same SQL (:func:`~sqlsdc.engines.duckdb.result_schema`), exactly: decimal
 sums keep every digit, private group keys have DuckDB's types. Suppression patterns are made
 and kept fresh by the DuckDB engine, so suppression is refused here (and audited as refused).
+Under the policy's cell limits an answer is charged the cells DuckDB's is: its ledger cells
+and those it computes without showing them one by one (a HAVING, a LIMIT, a scalar subquery
+beside the aggregate), counted on the DuckDB file Spark's copy came from, with the noisy DP
+cells registered there (:mod:`sqlsdc.guard.hidden_cells`; such statements were refused on
+Spark, a DP scalar subquery's after its charge, s50h).
 
 Example:
     >>> engine = SparkEngine(SparkSession.builder.getOrCreate())  # doctest: +SKIP
@@ -39,27 +44,30 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import sqlglot
 
 from sqlsdc.catalog import cell_limits, store
 from sqlsdc.engines.duckdb import EngineError, register, result_schema, rollback
 from sqlsdc.engines.duckdb import run as run_sql
 from sqlsdc.engines.spark import as_types
-from sqlsdc.engines.spark_translate import check_portable, tables_read, view_name
+from sqlsdc.engines.spark_translate import (
+    check_portable,
+    parse_duckdb_text,
+    tables_read,
+    view_name,
+)
 from sqlsdc.errors import (
     AnswerTooLarge,
     Error,
     NotSupportedError,
     OperationalError,
-    PolicyViolation,
     ProgrammingError,
 )
 from sqlsdc.guard import statement_rate
 from sqlsdc.guard.audited_parameters import audited_text, snapshot
 from sqlsdc.guard.connection import MAX_ANSWER_BYTES, MAX_ANSWER_ROWS
 from sqlsdc.guard.dp_pricing import no_rows
-from sqlsdc.guard.hidden_cells import hidden_cells, opaque_frames
-from sqlsdc.guard.postprocess import check_faults, record_release, values_of
+from sqlsdc.guard.hidden_cells import hidden_cells
+from sqlsdc.guard.postprocess import check_faults, record_release, values_of, without_dictionaries
 from sqlsdc.guard.summable import check_summable
 from sqlsdc.guard.validate import check_engine_tables
 
@@ -148,11 +156,28 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
     except Exception as failure:
         audit("failed", failure)
         raise
+    relations = noisy.relations if noisy is not None else {}
+    for name, cells in relations.items():  # the hidden cells' count reads them, as on DuckDB
+        register(con, name, cells)  # (registered outside the transaction: an aborted one
+    try:  # refuses to unregister, and that refusal would replace the error audited)
+        return _record(connection, con, query, query_id, result, noisy, paid, logged, audit)
+    finally:
+        for name in relations:
+            con.unregister(name)
+
+
+def _record(connection: Connection, con, query, query_id: int, result: pa.Table, noisy, paid,
+            logged: str, audit) -> pa.Table:  # fmt: skip
+    """Record the Spark answer ``result`` in one transaction of the catalog: the DP cells it
+    drew, its ledger rows, its cells against the policy's cell limits, its audit entry; return
+    its values once committed."""
+    user, version = connection.user, connection.policy_version
     con.execute("BEGIN TRANSACTION")
     try:
         connection._cache_cells(noisy, paid, query_id)
         record_release(con, result, query, query_id, user)
-        hidden = partial(_hidden, connection, con, query, result.num_rows)
+        hidden = partial(hidden_cells, con, query.tree, connection._context.to_sql,
+                         partial(run_sql, con), result.num_rows)  # fmt: skip
         cell_limits.charge_cells(con, connection.policy, user=user, tables=query.tables,
                                  query_id=query_id, fingerprint=query.fingerprint,
                                  at=store.now(), versions=partial(_version, engine, query_id),
@@ -180,32 +205,26 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
     return values
 
 
-def _hidden(connection, con, query, shown: int) -> tuple[int, bool]:
-    """Under a cell limit, a Spark answer must show every cell it computes but the groups its
-    group condition leaves out as published 0 (counted on the DuckDB file Spark's data was
-    copied from, :mod:`sqlsdc.guard.hidden_cells`); a query hiding more (a HAVING, a LIMIT, an
-    outer query) is refused, nothing of it returned."""
-    if any(not plain for _, _, plain in opaque_frames(query.tree)):
-        raise PolicyViolation(
-            "under the policy's cell limits, the Spark engine answers only queries that show "
-            "every cell they compute (no HAVING, LIMIT, DISTINCT, outer query or column "
-            "combining aggregates over protected cells)",
-            "ask the groups themselves and filter or combine them yourself",
-        )
-    return hidden_cells(con, query.tree, connection._context.to_sql, partial(run_sql, con), shown)
-
-
 def _duckdb_types(con, sql: str, noisy) -> pa.Schema:
     """The types of DuckDB's answer to the protected ``sql`` (bound over the noisy DP cells,
-    not run): Spark's answer is given in them, as the DuckDB cursor gives it."""
+    not run): Spark's answer is given in them, as the DuckDB cursor gives it (an ENUM as
+    text: :func:`_as_given`)."""
     relations = noisy.relations if noisy is not None else {}
     for name, cells in relations.items():
         register(con, name, cells)
     try:
-        return result_schema(con, sql)
+        return _as_given(result_schema(con, sql))
     finally:
         for name in relations:
             con.unregister(name)
+
+
+def _as_given(schema: pa.Schema) -> pa.Schema:
+    """DuckDB's ``schema`` with an ENUM column as its labels' text, as the DuckDB cursor gives
+    it (:func:`~sqlsdc.guard.postprocess.values_of`). DuckDB binds an ENUM as a dictionary of
+    every label, Spark's copy holds the text: an answer or DP stage grouped by an ENUM failed
+    on Spark ("computed as string"), a DP one after its charge (s50h)."""
+    return without_dictionaries(schema.empty_table()).schema
 
 
 def _check_spark_can_release(query: ProtectedQuery) -> None:
@@ -256,8 +275,8 @@ def _release_dp(connection: Connection, con, engine: SparkEngine, query, query_i
             trees[connection._context.to_sql(empty)] = empty
 
     def run(text: str) -> pa.Table:  # stage SQL by its tree; public domains parsed from text
-        answer = engine.run_exact(trees.get(text) or sqlglot.parse_one(text, read="duckdb"))
-        return as_types(answer, result_schema(con, text))  # exact, as DuckDB gives them
+        answer = engine.run_exact(trees.get(text) or parse_duckdb_text(text))
+        return as_types(answer, _as_given(result_schema(con, text)))  # exact, as DuckDB's
 
     return connection._release_dp(query, query_id, sql, run=run, data_version=engine.data_version)
 
