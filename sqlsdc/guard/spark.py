@@ -160,14 +160,15 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
     for name, cells in relations.items():  # the hidden cells' count reads them, as on DuckDB
         register(con, name, cells)  # (registered outside the transaction: an aborted one
     try:  # refuses to unregister, and that refusal would replace the error audited)
-        return _record(connection, con, query, query_id, result, noisy, paid, logged, audit)
+        return _record(connection, con, engine, query, query_id, result, noisy, paid, logged,
+                       audit)  # fmt: skip
     finally:
         for name in relations:
             con.unregister(name)
 
 
-def _record(connection: Connection, con, query, query_id: int, result: pa.Table, noisy, paid,
-            logged: str, audit) -> pa.Table:  # fmt: skip
+def _record(connection: Connection, con, engine: SparkEngine, query, query_id: int,
+            result: pa.Table, noisy, paid, logged: str, audit) -> pa.Table:  # fmt: skip
     """Record the Spark answer ``result`` in one transaction of the catalog: the DP cells it
     drew, its ledger rows, its cells against the policy's cell limits, its audit entry; return
     its values once committed."""
