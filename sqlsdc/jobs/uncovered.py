@@ -127,9 +127,8 @@ def _statement(
         )
         .from_(exp.to_table("__hits").as_("h"), copy=False)
         .join(
-            exp.to_table("__sizes").as_("s"),
+            exp.Join(this=exp.to_table("__sizes").as_("s"), kind="INNER"),
             on=_same("h", "s", inner),
-            join_type="inner",
             copy=False,
         )
         .group_by(exp.column("__g", "h"), *(exp.column(k, "h") for k in keys), copy=False)
@@ -163,7 +162,9 @@ def _statement(
     split = split.select(*(exp.column(v, "r") for v in inner), copy=False)
     split = split.from_(exp.to_table("__r").as_("r"), copy=False)
     split = split.join(
-        exp.to_table("__whole").as_("w"), on=_same("r", "w", keys), join_type="inner", copy=False
+        exp.Join(this=exp.to_table("__whole").as_("w"), kind="INNER"),
+        on=_same("r", "w", keys),
+        copy=False,
     )
     split = split.where(exp.and_(exp.column("__split", "w"), exp.column("__in_c", "r"),
                                  exp.column("__in_v", "r")), copy=False)  # fmt: skip
@@ -195,15 +196,13 @@ def _statement(
         )
         .from_(exp.to_table("__cells").as_("c"), copy=False)
         .join(
-            exp.to_table("__covered").as_("o"),
+            exp.Join(this=exp.to_table("__covered").as_("o"), kind="INNER"),
             on=exp.and_(exp.column("__g", "c").eq(exp.column("__g", "o")), _same("c", "o", keys)),
-            join_type="inner",
             copy=False,
         )
         .join(
-            exp.to_table("__parts").as_("p"),
+            exp.Join(this=exp.to_table("__parts").as_("p"), side="LEFT"),
             on=exp.and_(exp.column("__g", "c").eq(exp.column("__g", "p")), _same("c", "p", keys)),
-            join_type="left",
             copy=False,
         )
         .where(one_side, copy=False)
@@ -212,9 +211,8 @@ def _statement(
     ctes = []
     if top_k:
         select = select.join(
-            exp.to_table("__dstats").as_("d"),
+            exp.Join(this=exp.to_table("__dstats").as_("d"), kind="INNER"),
             on=exp.and_(exp.column("__g", "c").eq(exp.column("__g", "d")), _same("c", "d", keys)),
-            join_type="inner",
             copy=False,
         )
         select = select.select(
@@ -224,7 +222,8 @@ def _statement(
     else:
         select = select.limit(1, copy=False)
     finest = [*keys, *inner, "__in_c", "__in_v"]
-    per_cell = exp.select(*map(exp.column, finest), units("__cnt"), copy=False).from_("__r")
+    per_cell = exp.select(*map(exp.column, finest), units("__cnt"), copy=False)
+    per_cell = per_cell.from_("__r", copy=False)
     per_cell = per_cell.group_by(*map(exp.column, finest), copy=False)
     for name, body in (
         ("__r", rows),
@@ -274,7 +273,8 @@ def _uncovered(con, spec, cut: Side, cover: Side, least: int):
     """:func:`_statement`'s finding: ``(cell, units, side)``, or None."""
     keys = len(cut[1])
     additive = _additive(con, spec, cut, cover)
-    sql = _statement(spec, cut, cover, least, additive=additive).sql("duckdb")
+    # the statement is written once and dropped: the generator need not copy it first
+    sql = _statement(spec, cut, cover, least, additive=additive).sql("duckdb", copy=False)
     row = next(iter(con.execute(sql).fetchall()), None)
     if row is None:
         return None
@@ -314,7 +314,7 @@ def dominated_cells(con, spec, other: Release, top_k: int):
     theirs = (other.where, _keys(other), told)
     found = []
     for cut, cover, side in ((job, theirs, "a"), (theirs, job, "b")):
-        sql = _statement(spec, cut, cover, 2, top_k).sql("duckdb")
+        sql = _statement(spec, cut, cover, 2, top_k).sql("duckdb", copy=False)  # dropped after
         keys = len(cut[1])
         for row in con.execute(sql).fetchall():
             level, values = row[0], row[1 : 1 + keys]
@@ -428,15 +428,14 @@ def _parts(keys: list[str], inner: list[str]) -> list[tuple[str, exp.Select]]:
         exp.Window(this=exp.Anonymous(this="dense_rank"),
                    order=exp.Order(expressions=[exp.Ordered(this=exp.column("__s"))])).as_("__sid"),
         copy=False,
-    ).from_(signature.subquery("s"), copy=False)  # fmt: skip
+    ).from_(signature.subquery("s", copy=False), copy=False)  # fmt: skip
     sets = (
         exp.select(exp.column("__sid", "s"), *(exp.column(v, "h") for v in inner), copy=False)
         .distinct(copy=False)
         .from_(exp.to_table("__hits").as_("h"), copy=False)
         .join(
-            exp.to_table("__sig").as_("s"),
+            exp.Join(this=exp.to_table("__sig").as_("s"), kind="INNER"),
             on=exp.and_(exp.column("__g", "h").eq(exp.column("__g", "s")), _same("h", "s", keys)),
-            join_type="inner",
             copy=False,
         )
     )
@@ -449,9 +448,8 @@ def _parts(keys: list[str], inner: list[str]) -> list[tuple[str, exp.Select]]:
         )
         .from_(exp.to_table("__split").as_("r"), copy=False)
         .join(
-            exp.to_table("__sets").as_("t"),
+            exp.Join(this=exp.to_table("__sets").as_("t"), kind="INNER"),
             on=_same("r", "t", inner),
-            join_type="inner",
             copy=False,
         )
         .group_by(exp.column("__sid", "t"), *(exp.column(k, "r") for k in keys), copy=False)
@@ -463,7 +461,7 @@ def _parts(keys: list[str], inner: list[str]) -> list[tuple[str, exp.Select]]:
             exp.column("__sid", "m"), exp.Sum(this=exp.column("__m", "m")).as_("__t"), copy=False
         )
         .from_(exp.to_table("__m").as_("m"), copy=False)
-        .join(held, on=_same("m", "w", keys), join_type="inner", copy=False)
+        .join(exp.Join(this=held, kind="INNER"), on=_same("m", "w", keys), copy=False)
         .where(in_part, copy=False)
         .group_by(exp.column("__sid", "m"), copy=False)
     )
@@ -476,14 +474,14 @@ def _parts(keys: list[str], inner: list[str]) -> list[tuple[str, exp.Select]]:
     whole_met = whole_met.group_by(*map(exp.column, keys), copy=False) if keys else whole_met
     inside = (
         exp.select(*(exp.column(k, "m") for k in keys), exp.column("__m", "m"), copy=False)
-        .from_(whole_met.subquery("m"), copy=False)
-        .join(held.copy(), on=_same("m", "w", keys), join_type="inner", copy=False)
+        .from_(whole_met.subquery("m", copy=False), copy=False)
+        .join(exp.Join(this=held.copy(), kind="INNER"), on=_same("m", "w", keys), copy=False)
         .where(in_part.copy(), copy=False)
     )
     own = _cube(
         exp.select(
             *map(exp.column, keys), exp.Sum(this=exp.column("__m")).as_("__own"), copy=False
-        ).from_(inside.subquery("i"), copy=False),
+        ).from_(inside.subquery("i", copy=False), copy=False),
         keys,
     )
     zero = exp.Literal.number(0)
@@ -498,12 +496,11 @@ def _parts(keys: list[str], inner: list[str]) -> list[tuple[str, exp.Select]]:
             copy=False,
         )
         .from_(exp.to_table("__sig").as_("s"), copy=False)
-        .join(exp.to_table("__t").as_("t"), join_type="left",
+        .join(exp.Join(this=exp.to_table("__t").as_("t"), side="LEFT"),
               on=exp.column("__sid", "s").eq(exp.column("__sid", "t")), copy=False)
         .join(
-            exp.to_table("__own").as_("o"),
+            exp.Join(this=exp.to_table("__own").as_("o"), side="LEFT"),
             on=exp.and_(exp.column("__g", "s").eq(exp.column("__g", "o")), _same("s", "o", keys)),
-            join_type="left",
             copy=False,
         )
     )  # fmt: skip
