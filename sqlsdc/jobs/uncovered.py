@@ -93,7 +93,7 @@ def _statement(
     # units of a cut cell in the cover's population, per inner cell of the cover they lie in
     hits = _cube(
         exp.select(*map(exp.column, keys), *map(exp.column, inner), adder("__k"), copy=False)
-        .from_(counted, copy=False)
+        .from_(exp.table_(counted), copy=False)
         .where(both, copy=False)
         .group_by(*map(exp.column, inner), copy=False),
         keys,
@@ -105,13 +105,13 @@ def _statement(
     if additive:
         in_cut = exp.Coalesce(this=in_cut, expressions=[exp.Literal.number(0)])
     sizes = exp.select(*map(exp.column, inner), adder("__size"), in_cut.as_("__inside"), copy=False)
-    sizes = sizes.from_(counted, copy=False)
+    sizes = sizes.from_(exp.table_(counted), copy=False)
     sizes = sizes.where(exp.column("__in_v"), copy=False).group_by(
         *map(exp.column, inner), copy=False
     )
     cells = _cube(
         exp.select(*map(exp.column, keys), adder("__n"), copy=False)
-        .from_(counted, copy=False)
+        .from_(exp.table_(counted), copy=False)
         .where(exp.column("__in_c"), copy=False),
         keys,
     )
@@ -125,9 +125,9 @@ def _statement(
             exp.Sum(this=exp.column("__inside", "s")).as_("__inside"),
             copy=False,
         )
-        .from_(exp.to_table("__hits").as_("h"), copy=False)
+        .from_(exp.table_("__hits").as_("h"), copy=False)
         .join(
-            exp.Join(this=exp.to_table("__sizes").as_("s"), kind="INNER"),
+            exp.Join(this=exp.table_("__sizes").as_("s"), kind="INNER"),
             on=_same("h", "s", inner),
             copy=False,
         )
@@ -155,14 +155,14 @@ def _statement(
     whole = exp.select(
         *map(exp.column, keys), units("__all"), exp.or_(*spans).as_("__split"), copy=False
     )
-    whole = whole.from_("__r", copy=False).where(exp.column("__in_c"), copy=False)
+    whole = whole.from_(exp.table_("__r"), copy=False).where(exp.column("__in_c"), copy=False)
     whole = whole.group_by(*map(exp.column, keys), copy=False) if keys else whole
     split = exp.select(*(exp.column(k, "r") for k in keys), exp.column("__u", "r"), copy=False)
     split = split.select(exp.column("__in_c", "r"), exp.column("__in_v", "r"), copy=False)
     split = split.select(*(exp.column(v, "r") for v in inner), copy=False)
-    split = split.from_(exp.to_table("__r").as_("r"), copy=False)
+    split = split.from_(exp.table_("__r").as_("r"), copy=False)
     split = split.join(
-        exp.Join(this=exp.to_table("__whole").as_("w"), kind="INNER"),
+        exp.Join(this=exp.table_("__whole").as_("w"), kind="INNER"),
         on=_same("r", "w", keys),
         copy=False,
     )
@@ -194,14 +194,14 @@ def _statement(
             excess.as_("__b"),
             copy=False,
         )
-        .from_(exp.to_table("__cells").as_("c"), copy=False)
+        .from_(exp.table_("__cells").as_("c"), copy=False)
         .join(
-            exp.Join(this=exp.to_table("__covered").as_("o"), kind="INNER"),
+            exp.Join(this=exp.table_("__covered").as_("o"), kind="INNER"),
             on=exp.and_(exp.column("__g", "c").eq(exp.column("__g", "o")), _same("c", "o", keys)),
             copy=False,
         )
         .join(
-            exp.Join(this=exp.to_table("__parts").as_("p"), side="LEFT"),
+            exp.Join(this=exp.table_("__parts").as_("p"), side="LEFT"),
             on=exp.and_(exp.column("__g", "c").eq(exp.column("__g", "p")), _same("c", "p", keys)),
             copy=False,
         )
@@ -211,7 +211,7 @@ def _statement(
     ctes = []
     if top_k:
         select = select.join(
-            exp.Join(this=exp.to_table("__dstats").as_("d"), kind="INNER"),
+            exp.Join(this=exp.table_("__dstats").as_("d"), kind="INNER"),
             on=exp.and_(exp.column("__g", "c").eq(exp.column("__g", "d")), _same("c", "d", keys)),
             copy=False,
         )
@@ -223,7 +223,7 @@ def _statement(
         select = select.limit(1, copy=False)
     finest = [*keys, *inner, "__in_c", "__in_v"]
     per_cell = exp.select(*map(exp.column, finest), units("__cnt"), copy=False)
-    per_cell = per_cell.from_("__r", copy=False)
+    per_cell = per_cell.from_(exp.table_("__r"), copy=False)
     per_cell = per_cell.group_by(*map(exp.column, finest), copy=False)
     for name, body in (
         ("__r", rows),
@@ -238,7 +238,8 @@ def _statement(
         *ctes,
     ):
         # built here, used once: not copied (each copy=True took the whole statement so far)
-        select = select.with_(name, as_=body, materialized=True, copy=False)
+        alias = exp.TableAlias(this=exp.to_identifier(name))  # a node: no name parsed
+        select = select.with_(alias, as_=body, materialized=True, copy=False)
     return select
 
 
@@ -339,7 +340,7 @@ def _lacking(keys: list[str], top_k: int) -> list[tuple[str, exp.Select]]:
             exp.Sum(this=exp.column("__x")).as_("__x"),
             copy=False,
         )
-        .from_("__r", copy=False)
+        .from_(exp.table_("__r"), copy=False)
         .where(exp.and_(exp.column("__in_c"), exp.not_(exp.column("__in_v"))), copy=False),
         keys,
     )
@@ -356,7 +357,7 @@ def _lacking(keys: list[str], top_k: int) -> list[tuple[str, exp.Select]]:
             exp.Max(this=absolute.copy(), count=exp.Literal.number(top_k)).as_("__dtop"),
             copy=False,
         )
-        .from_("__du", copy=False)
+        .from_(exp.table_("__du"), copy=False)
         .where(x.copy().neq(exp.Literal.number(0)), copy=False)
         .group_by(exp.column("__g"), *map(exp.column, keys), copy=False)
     )
@@ -420,7 +421,7 @@ def _parts(keys: list[str], inner: list[str]) -> list[tuple[str, exp.Select]]:
     )
     signature = (
         exp.select(*cell(), listed.as_("__s"), copy=False)
-        .from_("__hits", copy=False)
+        .from_(exp.table_("__hits"), copy=False)
         .group_by(*cell(), copy=False)
     )
     numbered = exp.select(
@@ -432,9 +433,9 @@ def _parts(keys: list[str], inner: list[str]) -> list[tuple[str, exp.Select]]:
     sets = (
         exp.select(exp.column("__sid", "s"), *(exp.column(v, "h") for v in inner), copy=False)
         .distinct(copy=False)
-        .from_(exp.to_table("__hits").as_("h"), copy=False)
+        .from_(exp.table_("__hits").as_("h"), copy=False)
         .join(
-            exp.Join(this=exp.to_table("__sig").as_("s"), kind="INNER"),
+            exp.Join(this=exp.table_("__sig").as_("s"), kind="INNER"),
             on=exp.and_(exp.column("__g", "h").eq(exp.column("__g", "s")), _same("h", "s", keys)),
             copy=False,
         )
@@ -446,21 +447,21 @@ def _parts(keys: list[str], inner: list[str]) -> list[tuple[str, exp.Select]]:
             exp.Count(this=exp.Distinct(expressions=[exp.column("__u", "r")])).as_("__m"),
             copy=False,
         )
-        .from_(exp.to_table("__split").as_("r"), copy=False)
+        .from_(exp.table_("__split").as_("r"), copy=False)
         .join(
-            exp.Join(this=exp.to_table("__sets").as_("t"), kind="INNER"),
+            exp.Join(this=exp.table_("__sets").as_("t"), kind="INNER"),
             on=_same("r", "t", inner),
             copy=False,
         )
         .group_by(exp.column("__sid", "t"), *(exp.column(k, "r") for k in keys), copy=False)
     )
     in_part = exp.column("__m", "m") < exp.column("__all", "w")
-    held = exp.to_table("__whole").as_("w")
+    held = exp.table_("__whole").as_("w")
     per_set = (
         exp.select(
             exp.column("__sid", "m"), exp.Sum(this=exp.column("__m", "m")).as_("__t"), copy=False
         )
-        .from_(exp.to_table("__m").as_("m"), copy=False)
+        .from_(exp.table_("__m").as_("m"), copy=False)
         .join(exp.Join(this=held, kind="INNER"), on=_same("m", "w", keys), copy=False)
         .where(in_part, copy=False)
         .group_by(exp.column("__sid", "m"), copy=False)
@@ -469,7 +470,7 @@ def _parts(keys: list[str], inner: list[str]) -> list[tuple[str, exp.Select]]:
         exp.select(*map(exp.column, keys),
                    exp.Count(this=exp.Distinct(expressions=[exp.column("__u")])).as_("__m"),
                    copy=False)
-        .from_("__split", copy=False)
+        .from_(exp.table_("__split"), copy=False)
     )  # fmt: skip
     whole_met = whole_met.group_by(*map(exp.column, keys), copy=False) if keys else whole_met
     inside = (
@@ -495,11 +496,11 @@ def _parts(keys: list[str], inner: list[str]) -> list[tuple[str, exp.Select]]:
             ).as_("__part"),
             copy=False,
         )
-        .from_(exp.to_table("__sig").as_("s"), copy=False)
-        .join(exp.Join(this=exp.to_table("__t").as_("t"), side="LEFT"),
+        .from_(exp.table_("__sig").as_("s"), copy=False)
+        .join(exp.Join(this=exp.table_("__t").as_("t"), side="LEFT"),
               on=exp.column("__sid", "s").eq(exp.column("__sid", "t")), copy=False)
         .join(
-            exp.Join(this=exp.to_table("__own").as_("o"), side="LEFT"),
+            exp.Join(this=exp.table_("__own").as_("o"), side="LEFT"),
             on=exp.and_(exp.column("__g", "s").eq(exp.column("__g", "o")), _same("s", "o", keys)),
             copy=False,
         )
