@@ -89,7 +89,7 @@ def kept(where: exp.Expr | None) -> exp.Expr:
     a release of every row)."""
     if where is None:
         return exp.true()
-    return exp.paren(exp.Coalesce(this=where.copy(), expressions=[exp.false()]))
+    return exp.paren(exp.Coalesce(this=where.copy(), expressions=[exp.false()]), copy=False)
 
 
 def tells(con, spec, other: Release) -> bool:

@@ -149,23 +149,29 @@ def venn_regions(con, spec, fixed: list[str], wheres: list) -> dict[tuple, dict[
         for w in wheres
     ]
     mask = exp.Concat(expressions=bits)  # a character per population: any number of them
+    # built without sqlglot's copy at each builder step (each took the query so far)
     rows = exp.select(
-        *(exp.column(d) for d in fixed), mask.as_("__m"), exp.column(spec.unit).as_("__u")
-    ).from_(spec.table)
-    rows = rows.where(exp.or_(*(kept(w) for w in wheres)))  # rows of no population: none
+        *(exp.column(d) for d in fixed),
+        mask.as_("__m", copy=False),
+        exp.column(spec.unit).as_("__u"),
+        copy=False,
+    ).from_(spec.table, copy=False)
+    # rows of no population: none
+    rows = rows.where(exp.or_(*(kept(w) for w in wheres), copy=False), copy=False)
     if spec.measure is not None:  # rows that add nothing to a sum are no part of a difference
         nonzero = exp.column(spec.measure).neq(exp.Literal.number(0))
-        rows = rows.where(exp.Coalesce(this=nonzero, expressions=[exp.false()]))
+        rows = rows.where(exp.Coalesce(this=nonzero, expressions=[exp.false()]), copy=False)
     keys = [exp.column(d) for d in fixed]
     count = exp.Count(this=exp.Distinct(expressions=[exp.column("__u")]))
     select = (
-        exp.select(*keys, exp.column("__m"), count.as_("__n"))
-        .from_(rows.subquery("__r"))
-        .where(exp.column("__m").neq(exp.Literal.string("0" * len(wheres))))
-        .group_by(*[k.copy() for k in keys], exp.column("__m"))
+        exp.select(*keys, exp.column("__m"), count.as_("__n"), copy=False)
+        .from_(rows.subquery("__r", copy=False), copy=False)
+        .where(exp.column("__m").neq(exp.Literal.string("0" * len(wheres))), copy=False)
+        .group_by(*[k.copy() for k in keys], exp.column("__m"), copy=False)
     )
     found: dict[tuple, dict[int, int]] = {}
-    for *cell, region, units in con.execute(select.sql("duckdb")).fetchall():
+    # written once and dropped: the generator need not copy it first
+    for *cell, region, units in con.execute(select.sql("duckdb", copy=False)).fetchall():
         found.setdefault(tuple(cell), {})[int(region[::-1], 2)] = int(units)
     return found
 

@@ -93,7 +93,7 @@ def _statement(
     # units of a cut cell in the cover's population, per inner cell of the cover they lie in
     hits = _cube(
         exp.select(*map(exp.column, keys), *map(exp.column, inner), adder("__k"), copy=False)
-        .from_(counted, copy=False)
+        .from_(exp.table_(counted), copy=False)
         .where(both, copy=False)
         .group_by(*map(exp.column, inner), copy=False),
         keys,
@@ -105,13 +105,13 @@ def _statement(
     if additive:
         in_cut = exp.Coalesce(this=in_cut, expressions=[exp.Literal.number(0)])
     sizes = exp.select(*map(exp.column, inner), adder("__size"), in_cut.as_("__inside"), copy=False)
-    sizes = sizes.from_(counted, copy=False)
+    sizes = sizes.from_(exp.table_(counted), copy=False)
     sizes = sizes.where(exp.column("__in_v"), copy=False).group_by(
         *map(exp.column, inner), copy=False
     )
     cells = _cube(
         exp.select(*map(exp.column, keys), adder("__n"), copy=False)
-        .from_(counted, copy=False)
+        .from_(exp.table_(counted), copy=False)
         .where(exp.column("__in_c"), copy=False),
         keys,
     )
@@ -125,11 +125,10 @@ def _statement(
             exp.Sum(this=exp.column("__inside", "s")).as_("__inside"),
             copy=False,
         )
-        .from_(exp.to_table("__hits").as_("h"), copy=False)
+        .from_(exp.table_("__hits").as_("h"), copy=False)
         .join(
-            exp.to_table("__sizes").as_("s"),
+            exp.Join(this=exp.table_("__sizes").as_("s"), kind="INNER"),
             on=_same("h", "s", inner),
-            join_type="inner",
             copy=False,
         )
         .group_by(exp.column("__g", "h"), *(exp.column(k, "h") for k in keys), copy=False)
@@ -156,14 +155,16 @@ def _statement(
     whole = exp.select(
         *map(exp.column, keys), units("__all"), exp.or_(*spans).as_("__split"), copy=False
     )
-    whole = whole.from_("__r", copy=False).where(exp.column("__in_c"), copy=False)
+    whole = whole.from_(exp.table_("__r"), copy=False).where(exp.column("__in_c"), copy=False)
     whole = whole.group_by(*map(exp.column, keys), copy=False) if keys else whole
     split = exp.select(*(exp.column(k, "r") for k in keys), exp.column("__u", "r"), copy=False)
     split = split.select(exp.column("__in_c", "r"), exp.column("__in_v", "r"), copy=False)
     split = split.select(*(exp.column(v, "r") for v in inner), copy=False)
-    split = split.from_(exp.to_table("__r").as_("r"), copy=False)
+    split = split.from_(exp.table_("__r").as_("r"), copy=False)
     split = split.join(
-        exp.to_table("__whole").as_("w"), on=_same("r", "w", keys), join_type="inner", copy=False
+        exp.Join(this=exp.table_("__whole").as_("w"), kind="INNER"),
+        on=_same("r", "w", keys),
+        copy=False,
     )
     split = split.where(exp.and_(exp.column("__split", "w"), exp.column("__in_c", "r"),
                                  exp.column("__in_v", "r")), copy=False)  # fmt: skip
@@ -193,17 +194,15 @@ def _statement(
             excess.as_("__b"),
             copy=False,
         )
-        .from_(exp.to_table("__cells").as_("c"), copy=False)
+        .from_(exp.table_("__cells").as_("c"), copy=False)
         .join(
-            exp.to_table("__covered").as_("o"),
+            exp.Join(this=exp.table_("__covered").as_("o"), kind="INNER"),
             on=exp.and_(exp.column("__g", "c").eq(exp.column("__g", "o")), _same("c", "o", keys)),
-            join_type="inner",
             copy=False,
         )
         .join(
-            exp.to_table("__parts").as_("p"),
+            exp.Join(this=exp.table_("__parts").as_("p"), side="LEFT"),
             on=exp.and_(exp.column("__g", "c").eq(exp.column("__g", "p")), _same("c", "p", keys)),
-            join_type="left",
             copy=False,
         )
         .where(one_side, copy=False)
@@ -212,9 +211,8 @@ def _statement(
     ctes = []
     if top_k:
         select = select.join(
-            exp.to_table("__dstats").as_("d"),
+            exp.Join(this=exp.table_("__dstats").as_("d"), kind="INNER"),
             on=exp.and_(exp.column("__g", "c").eq(exp.column("__g", "d")), _same("c", "d", keys)),
-            join_type="inner",
             copy=False,
         )
         select = select.select(
@@ -224,7 +222,8 @@ def _statement(
     else:
         select = select.limit(1, copy=False)
     finest = [*keys, *inner, "__in_c", "__in_v"]
-    per_cell = exp.select(*map(exp.column, finest), units("__cnt"), copy=False).from_("__r")
+    per_cell = exp.select(*map(exp.column, finest), units("__cnt"), copy=False)
+    per_cell = per_cell.from_(exp.table_("__r"), copy=False)
     per_cell = per_cell.group_by(*map(exp.column, finest), copy=False)
     for name, body in (
         ("__r", rows),
@@ -239,7 +238,8 @@ def _statement(
         *ctes,
     ):
         # built here, used once: not copied (each copy=True took the whole statement so far)
-        select = select.with_(name, as_=body, materialized=True, copy=False)
+        alias = exp.TableAlias(this=exp.to_identifier(name))  # a node: no name parsed
+        select = select.with_(alias, as_=body, materialized=True, copy=False)
     return select
 
 
@@ -274,7 +274,8 @@ def _uncovered(con, spec, cut: Side, cover: Side, least: int):
     """:func:`_statement`'s finding: ``(cell, units, side)``, or None."""
     keys = len(cut[1])
     additive = _additive(con, spec, cut, cover)
-    sql = _statement(spec, cut, cover, least, additive=additive).sql("duckdb")
+    # the statement is written once and dropped: the generator need not copy it first
+    sql = _statement(spec, cut, cover, least, additive=additive).sql("duckdb", copy=False)
     row = next(iter(con.execute(sql).fetchall()), None)
     if row is None:
         return None
@@ -314,7 +315,7 @@ def dominated_cells(con, spec, other: Release, top_k: int):
     theirs = (other.where, _keys(other), told)
     found = []
     for cut, cover, side in ((job, theirs, "a"), (theirs, job, "b")):
-        sql = _statement(spec, cut, cover, 2, top_k).sql("duckdb")
+        sql = _statement(spec, cut, cover, 2, top_k).sql("duckdb", copy=False)  # dropped after
         keys = len(cut[1])
         for row in con.execute(sql).fetchall():
             level, values = row[0], row[1 : 1 + keys]
@@ -339,7 +340,7 @@ def _lacking(keys: list[str], top_k: int) -> list[tuple[str, exp.Select]]:
             exp.Sum(this=exp.column("__x")).as_("__x"),
             copy=False,
         )
-        .from_("__r", copy=False)
+        .from_(exp.table_("__r"), copy=False)
         .where(exp.and_(exp.column("__in_c"), exp.not_(exp.column("__in_v"))), copy=False),
         keys,
     )
@@ -356,7 +357,7 @@ def _lacking(keys: list[str], top_k: int) -> list[tuple[str, exp.Select]]:
             exp.Max(this=absolute.copy(), count=exp.Literal.number(top_k)).as_("__dtop"),
             copy=False,
         )
-        .from_("__du", copy=False)
+        .from_(exp.table_("__du"), copy=False)
         .where(x.copy().neq(exp.Literal.number(0)), copy=False)
         .group_by(exp.column("__g"), *map(exp.column, keys), copy=False)
     )
@@ -420,7 +421,7 @@ def _parts(keys: list[str], inner: list[str]) -> list[tuple[str, exp.Select]]:
     )
     signature = (
         exp.select(*cell(), listed.as_("__s"), copy=False)
-        .from_("__hits", copy=False)
+        .from_(exp.table_("__hits"), copy=False)
         .group_by(*cell(), copy=False)
     )
     numbered = exp.select(
@@ -428,15 +429,14 @@ def _parts(keys: list[str], inner: list[str]) -> list[tuple[str, exp.Select]]:
         exp.Window(this=exp.Anonymous(this="dense_rank"),
                    order=exp.Order(expressions=[exp.Ordered(this=exp.column("__s"))])).as_("__sid"),
         copy=False,
-    ).from_(signature.subquery("s"), copy=False)  # fmt: skip
+    ).from_(signature.subquery("s", copy=False), copy=False)  # fmt: skip
     sets = (
         exp.select(exp.column("__sid", "s"), *(exp.column(v, "h") for v in inner), copy=False)
         .distinct(copy=False)
-        .from_(exp.to_table("__hits").as_("h"), copy=False)
+        .from_(exp.table_("__hits").as_("h"), copy=False)
         .join(
-            exp.to_table("__sig").as_("s"),
+            exp.Join(this=exp.table_("__sig").as_("s"), kind="INNER"),
             on=exp.and_(exp.column("__g", "h").eq(exp.column("__g", "s")), _same("h", "s", keys)),
-            join_type="inner",
             copy=False,
         )
     )
@@ -447,23 +447,22 @@ def _parts(keys: list[str], inner: list[str]) -> list[tuple[str, exp.Select]]:
             exp.Count(this=exp.Distinct(expressions=[exp.column("__u", "r")])).as_("__m"),
             copy=False,
         )
-        .from_(exp.to_table("__split").as_("r"), copy=False)
+        .from_(exp.table_("__split").as_("r"), copy=False)
         .join(
-            exp.to_table("__sets").as_("t"),
+            exp.Join(this=exp.table_("__sets").as_("t"), kind="INNER"),
             on=_same("r", "t", inner),
-            join_type="inner",
             copy=False,
         )
         .group_by(exp.column("__sid", "t"), *(exp.column(k, "r") for k in keys), copy=False)
     )
     in_part = exp.column("__m", "m") < exp.column("__all", "w")
-    held = exp.to_table("__whole").as_("w")
+    held = exp.table_("__whole").as_("w")
     per_set = (
         exp.select(
             exp.column("__sid", "m"), exp.Sum(this=exp.column("__m", "m")).as_("__t"), copy=False
         )
-        .from_(exp.to_table("__m").as_("m"), copy=False)
-        .join(held, on=_same("m", "w", keys), join_type="inner", copy=False)
+        .from_(exp.table_("__m").as_("m"), copy=False)
+        .join(exp.Join(this=held, kind="INNER"), on=_same("m", "w", keys), copy=False)
         .where(in_part, copy=False)
         .group_by(exp.column("__sid", "m"), copy=False)
     )
@@ -471,19 +470,19 @@ def _parts(keys: list[str], inner: list[str]) -> list[tuple[str, exp.Select]]:
         exp.select(*map(exp.column, keys),
                    exp.Count(this=exp.Distinct(expressions=[exp.column("__u")])).as_("__m"),
                    copy=False)
-        .from_("__split", copy=False)
+        .from_(exp.table_("__split"), copy=False)
     )  # fmt: skip
     whole_met = whole_met.group_by(*map(exp.column, keys), copy=False) if keys else whole_met
     inside = (
         exp.select(*(exp.column(k, "m") for k in keys), exp.column("__m", "m"), copy=False)
-        .from_(whole_met.subquery("m"), copy=False)
-        .join(held.copy(), on=_same("m", "w", keys), join_type="inner", copy=False)
+        .from_(whole_met.subquery("m", copy=False), copy=False)
+        .join(exp.Join(this=held.copy(), kind="INNER"), on=_same("m", "w", keys), copy=False)
         .where(in_part.copy(), copy=False)
     )
     own = _cube(
         exp.select(
             *map(exp.column, keys), exp.Sum(this=exp.column("__m")).as_("__own"), copy=False
-        ).from_(inside.subquery("i"), copy=False),
+        ).from_(inside.subquery("i", copy=False), copy=False),
         keys,
     )
     zero = exp.Literal.number(0)
@@ -497,13 +496,12 @@ def _parts(keys: list[str], inner: list[str]) -> list[tuple[str, exp.Select]]:
             ).as_("__part"),
             copy=False,
         )
-        .from_(exp.to_table("__sig").as_("s"), copy=False)
-        .join(exp.to_table("__t").as_("t"), join_type="left",
+        .from_(exp.table_("__sig").as_("s"), copy=False)
+        .join(exp.Join(this=exp.table_("__t").as_("t"), side="LEFT"),
               on=exp.column("__sid", "s").eq(exp.column("__sid", "t")), copy=False)
         .join(
-            exp.to_table("__own").as_("o"),
+            exp.Join(this=exp.table_("__own").as_("o"), side="LEFT"),
             on=exp.and_(exp.column("__g", "s").eq(exp.column("__g", "o")), _same("s", "o", keys)),
-            join_type="left",
             copy=False,
         )
     )  # fmt: skip

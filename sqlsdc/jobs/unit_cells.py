@@ -21,7 +21,7 @@ from sqlglot import exp
 def one_cell_each(con, rows: exp.Select, unit: str, cells: list[str]) -> bool:
     """Whether each non-NULL value of the column ``unit`` of ``rows`` (a SELECT) lies in one
     combination of the columns ``cells`` (NULL as a value): the number of (cell, unit) pairs
-    is the number of units."""
+    is the number of units. ``rows`` becomes part of the query (not copied)."""
     keys = [exp.column(c) for c in cells]
     distinct = exp.Count(this=exp.Distinct(expressions=[exp.column(unit)]))
     per_cell = exp.select(distinct.copy().as_("__c")).from_("__t")
@@ -30,5 +30,7 @@ def one_cell_each(con, rows: exp.Select, unit: str, cells: list[str]) -> bool:
     units = exp.select(distinct.copy()).from_("__t")
     zero = exp.Literal.number(0)
     same = exp.Coalesce(this=pairs.subquery(), expressions=[zero]).eq(units.subquery())
-    query = exp.select(same).with_("__t", as_=rows, materialized=True)
+    # ``rows`` goes into the query as it is (its callers build it for this check alone): a
+    # copy of it would be copied again when the query is written
+    query = exp.select(same).with_("__t", as_=rows, materialized=True, copy=False)
     return bool(con.execute(query.sql("duckdb")).fetchall()[0][0])
