@@ -142,3 +142,21 @@ def test_a_pivot_anywhere_is_refused_as_a_pivot(analyst, sql):
     showed an internal error. Fails on int50."""
     with pytest.raises(PolicyViolation, match=r"^(UN)?PIVOT is not allowed"):
         analyst.execute(sql)
+
+
+@pytest.mark.parametrize(
+    ("sql", "word"),
+    [
+        ("SELECT * FROM (SUMMARIZE persons) t", "SUMMARIZE"),
+        ("SELECT * FROM (SUMMARIZE SELECT income FROM persons) t", "SUMMARIZE"),
+        ("WITH t AS (SUMMARIZE persons) SELECT * FROM t", "SUMMARIZE"),
+        ("SELECT * FROM (DESCRIBE persons) t", "DESCRIBE"),
+    ],
+)
+def test_summarize_or_describe_in_a_derived_table_is_refused_as_such(analyst, sql, word):
+    """SUMMARIZE (whose answer is each column's min, max and quantiles) and DESCRIBE in a
+    derived table failed as a bug in sqlsdc (sqlglot's scope asserts a derived table is a
+    query; "the guard failed on this query: AssertionError"): fail-closed, nothing ran, but
+    an internal error. Fails on int50."""
+    with pytest.raises(PolicyViolation, match=f"^{word} is not allowed"):
+        analyst.execute(sql)
