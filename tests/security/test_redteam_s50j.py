@@ -160,3 +160,20 @@ def test_summarize_or_describe_in_a_derived_table_is_refused_as_such(analyst, sq
     an internal error. Fails on int50."""
     with pytest.raises(PolicyViolation, match=f"^{word} is not allowed"):
         analyst.execute(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        f"SELECT * FROM ({GROUPED}) t WHERE (t.*) IS NOT NULL",
+        f"SELECT * FROM ({GROUPED}) t WHERE t.* IS NULL",
+        f"SELECT * FROM ({GROUPED}) t ORDER BY t.*",
+        f"SELECT * FROM ({GROUPED}) t JOIN regions r ON (t.*) IS NOT NULL",
+    ],
+)
+def test_a_derived_tables_star_inside_an_expression_is_refused(analyst, sql):
+    """``t.*`` inside an expression over a derived table failed as a bug in sqlsdc ("column
+    t.* could not be resolved for the cell identity"); over a table it was refused. Fails on
+    int50."""
+    with pytest.raises(PolicyViolation, match=r"t\.\* \(every column of t\) cannot be used"):
+        analyst.execute(sql)
