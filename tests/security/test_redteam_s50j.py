@@ -1,8 +1,11 @@
 """Red team s50j: identifiers after s50e's quoting, and schema probes that are not probes.
 
-No finding: every attack below HELD on int50. They are kept as regression tests because each
-places an analyst's text where sqlglot prints a name (s50e's leak printed a quoted alias
-expanded by ``*`` as SQL, reading the largest income of the demo in one query).
+No disclosure found. Fixed (fail-closed before, but failing as "a bug in sqlsdc", SQLSTATE
+XX000 through the server): a PIVOT/UNPIVOT statement, SUMMARIZE or DESCRIBE in a derived
+table or CTE, and ``t.*`` inside an expression over a derived table (the last tests below).
+The attacks 1-3 HELD on int50; they are kept as regression tests because each places an
+analyst's text where sqlglot prints a name (s50e's leak printed a quoted alias expanded by
+``*`` as SQL, reading the largest income of the demo in one query).
 
 1. A quoted name that is SQL text, in every other place a name is printed: a CTE name, the
    column list of a derived table or of a CTE, a column alias read through a derived table,
