@@ -477,8 +477,26 @@ def _first_error(error: Exception) -> str:
 def _check_clauses(walked: list[exp.Expr], sql: str) -> None:
     """Refuse what sqlglot parses and DuckDB does not: ``GROUP BY`` with nothing after it; and
     ``DISTINCT ON``, which the guard never runs, before name resolution reads its tuple (it
-    was refused as "Column 'region' could not be resolved"). ``walked``: every node of the
-    parsed tree (``nodes(tree)``)."""
+    was refused as "Column 'region' could not be resolved"); and ``PIVOT``/``UNPIVOT``,
+    never run either, before name resolution reads them: a PIVOT statement in a derived
+    table failed as a bug in sqlsdc (sqlglot's scope asserts a derived table is a query) or
+    was refused as "Column 'sex' could not be resolved" (red team s50j); and ``SUMMARIZE``
+    and ``DESCRIBE`` in a derived table or CTE, refused as statements and failed there as the
+    PIVOT did. ``walked``: every node of the parsed tree (``nodes(tree)``)."""
+    for statement in of_kind(walked, (exp.Summarize, exp.Describe)):
+        raise PolicyViolation(
+            f"{statement.key.upper()} is not allowed",
+            "only SELECT queries (and UNION/INTERSECT/EXCEPT of them) can be run",
+            sql,
+        )
+    for pivot in of_kind(walked, exp.Pivot):
+        kind = "UNPIVOT" if pivot.args.get("unpivot") else "PIVOT"
+        raise PolicyViolation(
+            f"{kind} is not allowed",
+            "group by the column instead, e.g. SELECT region, sex, COUNT(*) FROM persons "
+            "GROUP BY region, sex",
+            sql,
+        )
     for distinct in of_kind(walked, exp.Distinct):
         if distinct.args.get("on") is not None:
             raise PolicyViolation("DISTINCT ON is not allowed", "use GROUP BY", sql)

@@ -14,7 +14,7 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.optimizer.scope import Scope
 
 from sqlsdc.engines.trees import release
-from sqlsdc.errors import InternalError
+from sqlsdc.errors import InternalError, PolicyViolation
 from sqlsdc.planner.canonical_conditions import _conjuncts, _normalise_literals
 from sqlsdc.planner.canonical_text import _SET_OPERATIONS, DIALECT, _json, _sha, _unwrap
 
@@ -88,7 +88,17 @@ def _output(query: exp.Query, column: exp.Column) -> exp.Expr | None:
     return exp.Anonymous(this=OUTPUT_MARKER, expressions=[exp.Literal.number(position)])
 
 
-def _unresolved(column: exp.Column) -> InternalError:
+def _unresolved(column: exp.Column) -> InternalError | PolicyViolation:
+    """The error of a column that resolves to nothing known: a bug, but for ``t.*`` inside an
+    expression over a derived table (``WHERE (t.*) IS NOT NULL``), which names no one column
+    and is refused as the analysis refuses it over a table (red team s50j: it failed as a bug
+    in sqlsdc)."""
+    if isinstance(column.this, exp.Star):
+        return PolicyViolation(
+            f"{column.sql(DIALECT)} (every column of {column.table}) cannot be used inside an "
+            "expression",
+            "name the columns",
+        )
     return InternalError(
         f"column {column.sql(DIALECT)} could not be resolved for the cell identity"
     )
