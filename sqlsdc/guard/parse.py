@@ -83,7 +83,7 @@ def parse_statement(
             "send one SELECT query per call",
             sql,
         )
-    tree = statements[0]
+    tree = _unparenthesized(statements[0], sql)
     if not isinstance(tree, QUERY_TYPES):
         words = _LEADING_COMMENTS.sub("", sql).split(None, 1) or [tree.key]
         kind = words[0].upper().rstrip(";")
@@ -97,6 +97,24 @@ def parse_statement(
     _check_clauses(parsed, sql)
     _check_selects(parsed, sql)
     return _check_depth(balance_connectors(tree, parsed), sql, walked)
+
+
+def _unparenthesized(tree: exp.Expr, sql: str) -> exp.Expr:
+    """The query of a statement written in parentheses, ``(SELECT ...)``, which means that
+    query; with a clause outside them (``(SELECT ...) LIMIT 0``, a BI tool's probe) refused
+    with the form to write instead (it was refused as "(SELECT statements are not allowed")."""
+    while isinstance(tree, exp.Subquery) and isinstance(tree.this, (*QUERY_TYPES, exp.Subquery)):
+        outside = sorted(k for k, v in tree.args.items() if k != "this" and v)
+        if outside:
+            clauses = ", ".join("ORDER BY" if k == "order" else k.upper() for k in outside)
+            raise PolicyViolation(
+                f"a query in parentheses with {clauses} outside them is not supported",
+                "name it as a derived table and write the clause after it: SELECT * FROM "
+                "(<query>) AS t LIMIT 0",
+                sql,
+            )
+        tree = tree.this
+    return tree
 
 
 def _check_selects(parsed: list[exp.Expr], sql: str) -> None:

@@ -180,3 +180,21 @@ def test_a_derived_tables_star_inside_an_expression_is_refused(analyst, sql):
     int50."""
     with pytest.raises(PolicyViolation, match=r"t\.\* \(every column of t\) cannot be used"):
         analyst.execute(sql)
+
+
+@pytest.mark.parametrize("parens", [1, 2])
+def test_a_query_in_parentheses_is_that_query(analyst, parens):
+    """The lead's follow-up of s50j's leftover: ``(SELECT ...)`` was refused as "(SELECT
+    statements are not allowed"; it means its query, and is answered as that query is."""
+    wrapped = "(" * parens + GROUPED + ")" * parens
+    assert analyst.execute(wrapped).fetchall() == analyst.execute(GROUPED).fetchall()
+
+
+@pytest.mark.parametrize(("outside", "said"), [("LIMIT 0", "LIMIT"), ("ORDER BY 1", "ORDER BY")])
+def test_a_clause_outside_a_query_in_parentheses_is_refused_with_the_form_to_write(
+    analyst, outside, said
+):
+    """``(SELECT ...) LIMIT 0`` (a probe some BI tools send) is refused saying to name the
+    query as a derived table, not as "(SELECT statements are not allowed"."""
+    with pytest.raises(PolicyViolation, match=f"with {said} outside them.*AS t LIMIT 0"):
+        analyst.execute(f"({GROUPED}) {outside}")
