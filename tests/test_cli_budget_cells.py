@@ -289,3 +289,24 @@ def test_cells_are_counted_per_aggregate_and_aggregation(template, tmp_path):
     assert _shown(db)[("analyst", "persons", "day")]["used"] == 4
     assert ask(db, SEX) == 2
     assert _shown(db)[("analyst", "persons", "day")]["used"] == 6
+
+
+def test_a_refusal_states_the_cells_granted(template, tmp_path):
+    """After a grant, a refusal names the limit the user had: the policy's 10 cells and the
+    1,500 granted (numbers of the policy and of an admin, none from the data or the use). On
+    main it named 10 cells only, when the user had been answered 14 (s50k)."""
+    db = _db(template, tmp_path, LIMIT)
+    con = open_database(db)
+    policy = _policy(LIMIT)
+    try:
+        (limit,) = cell_limit_admin.targets(policy, "analyst")
+        cell_limit_admin.grant(con, policy, admin="admin", user="analyst", limit=limit,
+                               cells=1_500, reason="more")  # fmt: skip
+    finally:
+        con.close()
+    assert ask(db, REGION) == 8 and ask(db, SEX) == 2 and ask(db, EDUCATION) == 4
+    with sqlsdc.connect(db, user="analyst") as con, pytest.raises(CellLimitReached) as refused:
+        con.execute("SELECT municipality, age, COUNT(*) FROM persons GROUP BY municipality, age")
+    message = str(refused.value)
+    assert "10 distinct cells a day and the 1,500 granted;" in message
+    assert "left" not in message and "14" not in message
