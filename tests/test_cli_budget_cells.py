@@ -174,6 +174,10 @@ def test_help_of_the_subcommands():
         assert done.returncode == 0, done.stderr
         assert f"Usage: sqlsdc budget DB cells {name}" in done.stdout
         assert words in " ".join(done.stdout.split())
+    # `budget --help` leads to them (on main its text spoke of privacy budgets only)
+    done = cli_fork.run(["budget", "--help"], timeout=60)
+    text = " ".join(done.stdout.split())
+    assert "cell limits" in text and "sqlsdc budget DB cells --help" in text
 
 
 def _race(db, queries) -> list[int]:
