@@ -198,19 +198,24 @@ def _race(db, queries) -> list[int]:
         return [n for n in pool.map(run, cons, queries) if n is not None]
 
 
+def _grant(db, count: int) -> None:
+    """An admin's grant of ``count`` cells to the analyst's one limit (:data:`LIMIT`)."""
+    con = open_database(db)
+    policy = _policy(LIMIT)
+    try:
+        (limit,) = cell_limit_admin.targets(policy, "analyst")
+        cell_limit_admin.grant(con, policy, admin="admin", user="analyst", limit=limit,
+                               cells=count, reason="more")  # fmt: skip
+    finally:
+        con.close()
+
+
 def test_a_grant_is_not_passed_by_queries_at_once(template, tmp_path):
     """With 10 used of 10 and 8 granted, two 8-cell queries of the user at once: one answered,
     never both (16 of 18 cells). Fails on main (no grants: neither is answered)."""
     db = _db(template, tmp_path, LIMIT)
     assert ask(db, REGION) == 8 and ask(db, SEX) == 2
-    con = open_database(db)
-    policy = _policy(LIMIT)
-    try:
-        (limit,) = cell_limit_admin.targets(policy, "analyst")
-        cell_limit_admin.grant(con, policy, admin="admin", user="analyst", limit=limit, cells=8,
-                               reason="race")  # fmt: skip
-    finally:
-        con.close()
+    _grant(db, 8)
     queries = ["SELECT region, COUNT(*) FROM persons WHERE age > 30 GROUP BY region",
                "SELECT region, COUNT(*) FROM persons WHERE age <= 30 GROUP BY region"]  # fmt: skip
     assert _race(db, queries) == [8]
@@ -300,14 +305,7 @@ def test_a_refusal_states_the_cells_granted(template, tmp_path):
     1,500 granted (numbers of the policy and of an admin, none from the data or the use). On
     main it named 10 cells only, when the user had been answered 14 (s50k)."""
     db = _db(template, tmp_path, LIMIT)
-    con = open_database(db)
-    policy = _policy(LIMIT)
-    try:
-        (limit,) = cell_limit_admin.targets(policy, "analyst")
-        cell_limit_admin.grant(con, policy, admin="admin", user="analyst", limit=limit,
-                               cells=1_500, reason="more")  # fmt: skip
-    finally:
-        con.close()
+    _grant(db, 1_500)
     assert ask(db, REGION) == 8 and ask(db, SEX) == 2 and ask(db, EDUCATION) == 4
     with sqlsdc.connect(db, user="analyst") as con, pytest.raises(CellLimitReached) as refused:
         con.execute("SELECT municipality, age, COUNT(*) FROM persons GROUP BY municipality, age")
