@@ -112,7 +112,8 @@ def budget(
     spends over all tables, (*, persons) what all users together spend on persons. Every
     budget that applies to a query must allow it; a kind (ε, ρ, or the δ of private group
     selection) that no budget bounds cannot be spent at all. Empty limits mean "not limited by
-    this row".
+    this row". The policy's cell limits (cells of the other methods per period) are under
+    `cells` (admins only): `sqlsdc budget DB cells --help`.
 
     \b
     Examples:
@@ -122,6 +123,7 @@ def budget(
       sqlsdc budget demo.duckdb grant --for analyst --delta 1e-6 --reason "..." --as admin
       sqlsdc budget demo.duckdb set --for analyst --table benefits --epsilon 5 --reason "..."
       sqlsdc budget demo.duckdb reset --for analyst --reason "new quarter" --as admin
+      sqlsdc budget demo.duckdb cells --for analyst --as admin
     """
     ctx.obj = {"db": db}
     if ctx.invoked_subcommand is not None:

@@ -174,6 +174,10 @@ def test_help_of_the_subcommands():
         assert done.returncode == 0, done.stderr
         assert f"Usage: sqlsdc budget DB cells {name}" in done.stdout
         assert words in " ".join(done.stdout.split())
+    # `budget --help` leads to them (on main its text spoke of privacy budgets only)
+    done = cli_fork.run(["budget", "--help"], timeout=60)
+    text = " ".join(done.stdout.split())
+    assert "cell limits" in text and "sqlsdc budget DB cells --help" in text
 
 
 def _race(db, queries) -> list[int]:
@@ -194,19 +198,24 @@ def _race(db, queries) -> list[int]:
         return [n for n in pool.map(run, cons, queries) if n is not None]
 
 
+def _grant(db, count: int) -> None:
+    """An admin's grant of ``count`` cells to the analyst's one limit (:data:`LIMIT`)."""
+    con = open_database(db)
+    policy = _policy(LIMIT)
+    try:
+        (limit,) = cell_limit_admin.targets(policy, "analyst")
+        cell_limit_admin.grant(con, policy, admin="admin", user="analyst", limit=limit,
+                               cells=count, reason="more")  # fmt: skip
+    finally:
+        con.close()
+
+
 def test_a_grant_is_not_passed_by_queries_at_once(template, tmp_path):
     """With 10 used of 10 and 8 granted, two 8-cell queries of the user at once: one answered,
     never both (16 of 18 cells). Fails on main (no grants: neither is answered)."""
     db = _db(template, tmp_path, LIMIT)
     assert ask(db, REGION) == 8 and ask(db, SEX) == 2
-    con = open_database(db)
-    policy = _policy(LIMIT)
-    try:
-        (limit,) = cell_limit_admin.targets(policy, "analyst")
-        cell_limit_admin.grant(con, policy, admin="admin", user="analyst", limit=limit, cells=8,
-                               reason="race")  # fmt: skip
-    finally:
-        con.close()
+    _grant(db, 8)
     queries = ["SELECT region, COUNT(*) FROM persons WHERE age > 30 GROUP BY region",
                "SELECT region, COUNT(*) FROM persons WHERE age <= 30 GROUP BY region"]  # fmt: skip
     assert _race(db, queries) == [8]
@@ -289,3 +298,17 @@ def test_cells_are_counted_per_aggregate_and_aggregation(template, tmp_path):
     assert _shown(db)[("analyst", "persons", "day")]["used"] == 4
     assert ask(db, SEX) == 2
     assert _shown(db)[("analyst", "persons", "day")]["used"] == 6
+
+
+def test_a_refusal_states_the_cells_granted(template, tmp_path):
+    """After a grant, a refusal names the limit the user had: the policy's 10 cells and the
+    1,500 granted (numbers of the policy and of an admin, none from the data or the use). On
+    main it named 10 cells only, when the user had been answered 14 (s50k)."""
+    db = _db(template, tmp_path, LIMIT)
+    _grant(db, 1_500)
+    assert ask(db, REGION) == 8 and ask(db, SEX) == 2 and ask(db, EDUCATION) == 4
+    with sqlsdc.connect(db, user="analyst") as con, pytest.raises(CellLimitReached) as refused:
+        con.execute("SELECT municipality, age, COUNT(*) FROM persons GROUP BY municipality, age")
+    message = str(refused.value)
+    assert "10 distinct cells a day and the 1,500 granted;" in message
+    assert "left" not in message and "14" not in message

@@ -43,7 +43,7 @@ def holder(limit: CellLimit, user: str) -> str:
     return "*" if limit.user == "*" else user
 
 
-def _present(con) -> bool:
+def events_present(con) -> bool:
     """Whether the catalog has the events table (catalogs made before it have none until an
     admin command or a policy apply brings them up to date: then nothing was granted)."""
     return (
@@ -65,7 +65,7 @@ def adjustments(con, user: str, limits: Sequence[CellLimit],
                 starts: Sequence[datetime]) -> list[Adjustment]:  # fmt: skip
     """The administrators' changes of each of ``limits`` (as they bind ``user``) in its period
     starting at the matching one of ``starts``, in the caller's transaction."""
-    if not limits or not _present(con):
+    if not limits or not events_present(con):
         return [Adjustment() for _ in limits]
     rows = con.execute(parsed(_EVENTS), [user, sorted(set(starts))]).fetchall()
     found = []

@@ -20,7 +20,7 @@ from datetime import datetime
 
 from sqlsdc.catalog import cell_limits
 from sqlsdc.catalog.budget import is_conflict
-from sqlsdc.catalog.cell_grants import EVENTS, S, holder
+from sqlsdc.catalog.cell_grants import EVENTS, S, events_present, holder
 from sqlsdc.catalog.store import ensure_catalog, now
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, OperationalError
@@ -170,10 +170,7 @@ EVENT_COLUMNS = ("seq", "event_at", "admin", "action", "user_name", "limit_table
 def events(con, *, user: str | None = None) -> list[dict]:
     """The grants and resets of cell limits, oldest first (``user``: of that user's own limits
     and of those of all users together)."""
-    present = con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() AND "
-        "schema_name = ? AND table_name = ?", [S, EVENTS]).fetchone()[0]  # fmt: skip
-    if not present:
+    if not events_present(con):
         return []
     where, params = ("WHERE user_name IN (?, '*')", [user]) if user else ("", [])
     rows = con.execute(

@@ -321,26 +321,33 @@ def charge_cells(con, policy: Policy, *, user: str, tables, query_id: int, finge
         passed = _granted_passed(con, user, passed)
     if not passed:
         return
-    limit, _, (_, resets), _ = passed[0]
+    limit, _, (_, resets), change = passed[0]
     # no number from the data or the use: the new cells count the groups a HAVING or LIMIT
-    # hid, exactly, and the use those of earlier statements (red team s49n)
+    # hid, exactly, and the use those of earlier statements (red team s49n); the policy's
+    # limit and an admin's grant are no data
+    granted = f" and the {change.granted:,} granted" if change.granted else ""
     raise CellLimitReached(
         f"cell limit reached: this query's new cells (of tables {', '.join(names)}) would "
-        f"pass {_said(limit, user)}, {limit.cells} distinct cells a {limit.per}; nothing was "
-        f"released, and this ends the {limit.per} on this limit for you: until "
+        f"pass {_said(limit, user)}, {limit.cells:,} distinct cells a {limit.per}{granted}; "
+        f"nothing was released, and this ends the {limit.per} on this limit for you: until "
         f"{resets:%Y-%m-%d %H:%M} UTC only statements answered to you before are answered "
         f"again (cells released before are free). {_whom(policy)}",
-        tuple((_end_entry(user, lim, p[0]), user, lim.table, seen) for lim, _, p, seen in passed),
+        tuple(
+            (_end_entry(user, lim, p[0]), user, lim.table, change.events)
+            for lim, _, p, change in passed
+        ),  # fmt: skip
     )
 
 
 def _granted_passed(con, user: str, passed: list) -> list:
     """Of ``passed`` (limit, use, period), those still passed with the admins' grants and
     resets of the period (:mod:`sqlsdc.catalog.cell_grants`): the use counted from the last
-    reset, against the limit plus the cells granted since; each with the number of grants and
-    resets seen. Read only here: the common answer, within the policy's limit, costs nothing
-    more. Grants and resets only allow more, so a grant committed after this read makes the
-    charge stricter, never laxer (and lifts the end the refusal sets: :func:`_lifted`)."""
+    reset, against the limit plus the cells granted since; each with what it saw of them (an
+    :class:`~sqlsdc.catalog.cell_grants.Adjustment`: its refusal states the cells granted and
+    keeps how many grants and resets it saw). Read only here: the common answer, within the
+    policy's limit, costs nothing more. Grants and resets only allow more, so a grant committed
+    after this read makes the charge stricter, never laxer (and lifts the end the refusal
+    sets: :func:`_lifted`)."""
     limits = [lim for lim, _, _ in passed]
     changes = adjustments(con, user, limits, [p[0] for _, _, p in passed])
     still = []
@@ -348,7 +355,7 @@ def _granted_passed(con, user: str, passed: list) -> list:
         if change.since is not None:
             (n,) = _used(con, (limit,), user, [change.since])
         if n > limit.cells + change.granted:
-            still.append((limit, n, p, change.events))
+            still.append((limit, n, p, change))
     return still
 
 

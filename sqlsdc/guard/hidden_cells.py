@@ -98,13 +98,6 @@ def _keyed(frame: exp.Subquery) -> bool:
     return frame.find(exp.Group) is not None
 
 
-_WITH = "with_" if "with_" in exp.Select.arg_types else "with"
-"""The key of a SELECT's WITH in sqlglot's trees ("with_" since sqlglot 28): read under the old
-"with", the statement's CTEs were never copied into a frame's count, and a statement whose CTE
-the guard keeps (``WITH r(a) AS ...``, ``AS MATERIALIZED``) failed in the engine under cell
-limits ("Table with name r does not exist"; red team s50g)."""
-
-
 def _groups(frame: exp.Subquery) -> exp.Expr:
     """What has one row per group of the frame, cheapest: the aggregation under its layers
     (each reads the one below ``FROM (...) AS __s`` and LEFT JOINs perturbation-table rows,
@@ -142,9 +135,9 @@ def opaque_frames(tree: exp.Expr | None) -> list[tuple[exp.Expr | None, int, boo
         count = None
         if not plain or _keyed(frame):
             count = exp.select(exp.Count(this=exp.Star())).from_(_groups(frame).copy())
-            with_ = tree.args.get(_WITH)  # the statement's CTEs, which the frame may read
-            if with_ is not None:
-                count.set(_WITH, with_.copy())
+            with_ = tree.args.get("with_")  # the statement's CTEs, which the frame may read
+            if with_ is not None:  # (WITH r(a) AS ..., AS MATERIALIZED: kept by the guard)
+                count.set("with_", with_.copy())
         found.append((count, _aggregates(frame), plain))
     return found
 

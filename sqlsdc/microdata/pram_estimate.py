@@ -67,8 +67,7 @@ def corrected_counts(sql: str, table: str, matrices: dict) -> str:
     except sqlglot.errors.ParseError:
         raise PolicyViolation("the query could not be parsed") from None
     form = "write SELECT keys..., COUNT(*) FROM <output> [WHERE ...] GROUP BY keys..."
-    with_ = tree.args.get("with_") or tree.args.get("with")  # sqlglot 28+ keys it "with_"
-    if not isinstance(tree, exp.Select) or with_ or tree.args.get("joins"):
+    if not isinstance(tree, exp.Select) or tree.args.get("with_") or tree.args.get("joins"):
         raise PolicyViolation("PRAM estimates answer one count query on one output", form)
     source = tree.args.get("from_")
     if source is None or not isinstance(source.this, exp.Table) or source.this.name != table:

@@ -90,6 +90,22 @@ class Request:
     digest: str
 
 
+_CLAUSES = frozenset({"expressions", "from_", "where", "group"})
+"""The parts of a SELECT a request may have; any other is refused. The request is rebuilt from
+these alone (:func:`_canonical`, :func:`record_query`), so a part it does not read was answered
+as if it were not there: ``WITH o AS (...) SELECT COUNT(*) FROM protected.syn`` or ``... USING
+SAMPLE 10%`` gave the whole output's count (the list of refused parts read sqlglot's old key
+"with", and named no sample)."""
+_TABLE_PARTS = frozenset({"this", "db", "catalog", "alias"})
+"""The parts of the output's table a request may name: an alias without column names (``AS
+s(a, b)`` renames the columns the request then reads by their own names)."""
+
+
+def _clause(key: str) -> str:
+    """``with_`` -> ``WITH``: a part of a sqlglot tree as SQL calls it."""
+    return key.rstrip("_").upper()
+
+
 def _refuse(reason: str, sql: str) -> PolicyViolation:
     return PolicyViolation(reason, _HINT, sql=sql)
 
@@ -156,24 +172,19 @@ def parse_request(sql: str) -> Request:
     if len(statements) != 1 or not isinstance(statements[0], exp.Select):
         raise _refuse("send exactly one SELECT statement", sql)
     tree = statements[0]
-    for key in (
-        "joins",
-        "having",
-        "order",
-        "limit",
-        "offset",
-        "qualify",
-        "with",
-        "distinct",
-        "laterals",
-        "windows",
-    ):
-        if tree.args.get(key):
-            raise _refuse(f"{key.upper()} is not allowed in a verification query", sql)
-    source = tree.args.get("from_") or tree.args.get("from")
+    for key, value in tree.args.items():
+        if value and key not in _CLAUSES:
+            raise _refuse(f"{_clause(key)} is not allowed in a verification query", sql)
+    source = tree.args.get("from_")
     if source is None or not isinstance(source.this, exp.Table) or source.this.catalog:
         raise _refuse("the query must read one synthetic output table", sql)
     table = source.this
+    for key, value in table.args.items():
+        if value and key not in _TABLE_PARTS:
+            raise _refuse(f"the output table takes no {_clause(key)} in a verification query",
+                          sql)  # fmt: skip
+    if table.args.get("alias") is not None and table.args["alias"].columns:
+        raise _refuse("the output's columns cannot be renamed (AS t(a, b)): name them", sql)
     name = f"{table.db or 'protected'}.{table.name}".lower()  # outputs live in ``protected``
     groups = []
     for node in (tree.args.get("group") or exp.Group()).expressions:
