@@ -23,6 +23,10 @@ Held (20,000-person demo, one analyst with the demo's limits, 5,000 cells a day 
 - two connections of the analyst in two threads of one process, each asking new cells that
   fit alone and pass the limit together (52 and 53 cells with 79 left): one answered, the
   other refused, 4,973 of 5,000 used (1 race).
+- an admin's grant (CLI, another process, 60 cells with 14 left) while the analyst's queries
+  ran: used 5,029 of 5,000 + 60, the refusal after it saw it and ended the day (12 queries).
+- the cells' keys hashed in Python (<= 1,024 rows) and read back from the ledger by SQL: the
+  same keys for 20 statements of the demo's ledger (``cell_limits._cells`` both ways).
 - keys-only GROUP BY (municipality, ``WHERE age = 97``, HAVING, DISTINCT): every group
   charged (182 for 155 municipalities shown); after the refusal ended the day, only statements
   answered before were answered.
