@@ -26,7 +26,6 @@ from sqlsdc.planner.allowlist import RESERVED_PREFIX
 from sqlsdc.planner.identity import output_reference
 from sqlsdc.planner.repeated_columns import RepeatedColumns
 from sqlsdc.policy import ColumnRole, Policy
-from sqlsdc.written import spelled_sql
 
 DIALECT = "duckdb"
 _COLUMNS_HINT = "use the declared columns of the declared tables; see `sqlsdc policy show`"
@@ -214,16 +213,7 @@ def qualify_tree(
     :func:`sqlsdc.planner.analyze.analyze`). One walk of the tree on each side of ``qualify``
     is shared with the other passes: ``walked`` is ``nodes(tree)`` when the caller has it, and
     ``qualified_nodes``, when given, receives ``nodes()`` of the qualified tree."""
-    before = _nodes_by_type(tree, exp.Table, exp.Join, exp.Pivot, walked=walked)
-    if before[exp.Pivot]:  # sqlglot's qualify fails on DuckDB's PIVOT statement as a source
-        pivot = before[exp.Pivot][0]
-        raise PolicyViolation(
-            f"{'UNPIVOT' if pivot.args.get('unpivot') else 'PIVOT'} is not allowed "
-            f"({spelled_sql(pivot)})",
-            "group by the column instead, one row per value: SELECT sex, COUNT(*) FROM persons "
-            "GROUP BY sex",
-            sql,
-        )
+    before = _nodes_by_type(tree, exp.Table, exp.Join, walked=walked)
     for table in before[exp.Table]:
         if table.name.lower() not in schema and not _cte_in_scope(table):
             raise PolicyViolation(
