@@ -380,3 +380,40 @@ def test_a_dp_query_grouped_by_an_enum_is_answered_on_spark_as_on_duckdb(tmp_pat
         decisions = raw.execute("SELECT DISTINCT decision FROM sqlsdc.audit").fetchall()
     assert paid == [("ana", "1/5"), ("bob", "1/5"), ("ana", "1/10"), ("bob", "1/10")]
     assert decisions == [("accepted",)]
+
+
+def test_the_hidden_cells_count_on_spark_is_bounded_by_the_statement_timeout(
+    template, tmp_path, spark, monkeypatch
+):
+    """Fails on int50 (review of s50h): the count of a HAVING's hidden cells on the DuckDB file
+    ran with no timeout, so a statement whose time was up was still counted and answered.
+    Now it gets what is left of the statement's timeout, as on DuckDB: out of time, nothing is
+    released, nothing recorded but the audit entry; asked again in time, it is answered."""
+    import sqlsdc.guard.spark as guarded
+
+    _, path = _copies(template, tmp_path)
+    engine = SparkEngine(spark.newSession())
+    engine.load_duckdb(path, TABLES)
+    answer = guarded._answer
+
+    def late(engine, tree, noisy):  # Spark's answer came once the statement's time was up
+        result = answer(engine, tree, noisy)
+        late.connection._deadline = 0.0
+        return result
+
+    having = "SELECT region, sex, COUNT(*) AS n FROM persons GROUP BY region, sex HAVING n > 200"
+    try:
+        with sqlsdc.connect(path, "analyst") as con:
+            late.connection = con
+            monkeypatch.setattr(guarded, "_answer", late)
+            with pytest.raises(sqlsdc.errors.QueryCanceled, match="statement timeout"):
+                run_protected(con, engine, having)
+            assert _records(path)["cells"] == [] and _records(path)["ledger"] == []
+            monkeypatch.undo()
+            again = run_protected(con, engine, having)
+    finally:
+        engine.close()
+    assert again.num_rows > 0
+    records = _records(path)
+    assert [d for (d,) in records["audit"]] == ["refused", "accepted"]
+    assert records["cells"] and {rank for *_, rank in records["cells"]} == {1}
