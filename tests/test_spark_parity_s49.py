@@ -417,3 +417,22 @@ def test_the_hidden_cells_count_on_spark_is_bounded_by_the_statement_timeout(
     assert [d for (d,) in records["audit"]] == ["refused", "accepted"]
     assert records["cells"] and {rank for *_, rank in records["cells"]} == {1}  # one query's:
     assert records["ledger"] and {rank for rank, *_ in records["ledger"]} == {1}  # the answer's
+
+
+def test_the_hidden_cells_count_is_interrupted_at_the_time_left():
+    """The count Spark's statements run on the DuckDB file stops at what is left of the
+    statement's timeout (0.2 s here), as the engine's timeout stops it on DuckDB."""
+    import time
+
+    import sqlsdc.guard.spark as guarded
+
+    class Left:  # a connection with 0.2 s left of its statement's timeout
+        def _time_left(self) -> float:
+            return 0.2
+
+    con = duckdb.connect()
+    started = time.monotonic()
+    with pytest.raises(duckdb.InterruptException):
+        guarded._count(con, Left(), "SELECT COUNT(*) FROM range(10000000000) a(i) WHERE i % 7 = 3")
+    assert time.monotonic() - started < 10
+    con.close()
