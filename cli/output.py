@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import math
 import os
@@ -238,13 +239,20 @@ def frame_json(frame: pd.DataFrame) -> str:
 
 
 def print_json(value) -> None:
-    """Write ``value`` as strict JSON: NaN and ±inf become null, other objects their text."""
+    """Write ``value`` as strict JSON: NaN and ±inf become null, times ISO 8601 as
+    :func:`frame_json` writes them (``2026-11-29T00:00:00.000000``), other objects their text.
+    ``sqlsdc budget --history --format json`` wrote ``2026-11-29 00:00:00`` where ``budget
+    cells show --history`` wrote the ISO form (review of s50)."""
     click.echo(json.dumps(_finite(value), indent=2, default=str, allow_nan=False))
 
 
 def _finite(value):
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if isinstance(value, dt.datetime):
+        return value.isoformat(timespec="microseconds")
+    if isinstance(value, dt.date):
+        return value.isoformat()
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -5,6 +5,7 @@ what a cell is free again for (the same data) and counted as (each aggregate of 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -312,3 +313,41 @@ def test_a_refusal_states_the_cells_granted(template, tmp_path):
     message = str(refused.value)
     assert "10 distinct cells a day and the 1,500 granted;" in message
     assert "left" not in message and "14" not in message
+
+
+ISO = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}$"
+
+
+def _times(value) -> list[str]:
+    """The values of ``value`` (JSON) under keys naming a time."""
+    if isinstance(value, list):
+        return [t for v in value for t in _times(v)]
+    if isinstance(value, dict):
+        found = [v for k, v in value.items() if k.endswith(("_at", "_start"))]
+        return found + [t for v in value.values() for t in _times(v)]
+    return []
+
+
+def test_budget_json_writes_every_time_in_iso_8601(template, tmp_path):
+    """Fails on int50: `cells grant --format json` and `budget --history/--ledger --format json`
+    wrote `2026-11-29 00:00:00` (Python's text) where `cells show` wrote
+    `2026-11-29T00:00:00.000000` (pandas' ISO): every budget command now writes the ISO form."""
+    db = _db(template, tmp_path, LIMIT)
+    assert ask(db, SEX) == 2
+    with sqlsdc.connect(db, "analyst") as con:
+        con.execute("SELECT COUNT(*) FROM benefits").fetchall()  # DP: a ledger row
+    budget = ["budget", str(db)]
+    written = [
+        cells(db, "grant", "--for", "analyst", "--cells", "5", "--reason", "r", "--format",
+              "json").stdout,
+        cells(db, "show", "--format", "json").stdout,
+        cells(db, "show", "--history", "--format", "json").stdout,
+    ]  # fmt: skip
+    for args in (["grant", "--for", "analyst", "--epsilon", "1", "--reason", "r"], ["--history"],
+                 ["--ledger"]):  # fmt: skip
+        done = cli_fork.run([*budget, *args, "--format", "json"], timeout=120)
+        assert done.returncode == 0, done.stderr
+        written.append(done.stdout)
+    times = [t for text in written for t in _times(json.loads(text))]
+    assert len(times) >= 7  # period_start, resets_at; period_start; event_at, period_start; ...
+    assert [t for t in times if not re.match(ISO, t)] == []

@@ -380,3 +380,59 @@ def test_a_dp_query_grouped_by_an_enum_is_answered_on_spark_as_on_duckdb(tmp_pat
         decisions = raw.execute("SELECT DISTINCT decision FROM sqlsdc.audit").fetchall()
     assert paid == [("ana", "1/5"), ("bob", "1/5"), ("ana", "1/10"), ("bob", "1/10")]
     assert decisions == [("accepted",)]
+
+
+def test_the_hidden_cells_count_on_spark_is_bounded_by_the_statement_timeout(
+    template, tmp_path, spark, monkeypatch
+):
+    """Fails on int50 (review of s50h): the count of a HAVING's hidden cells on the DuckDB file
+    ran with no timeout, so a statement whose time was up was still counted and answered.
+    Now it gets what is left of the statement's timeout, as on DuckDB: out of time, nothing is
+    released, nothing recorded but the audit entry; asked again in time, it is answered."""
+    import sqlsdc.guard.spark as guarded
+
+    _, path = _copies(template, tmp_path)
+    engine = SparkEngine(spark.newSession())
+    engine.load_duckdb(path, TABLES)
+    answer = guarded._answer
+
+    def late(engine, tree, noisy):  # Spark's answer came once the statement's time was up
+        result = answer(engine, tree, noisy)
+        late.connection._deadline = 0.0
+        return result
+
+    having = "SELECT region, sex, COUNT(*) AS n FROM persons GROUP BY region, sex HAVING n > 200"
+    try:
+        with sqlsdc.connect(path, "analyst") as con:
+            late.connection = con
+            monkeypatch.setattr(guarded, "_answer", late)
+            with pytest.raises(sqlsdc.errors.QueryCanceled, match="statement timeout"):
+                run_protected(con, engine, having)
+            monkeypatch.undo()
+            again = run_protected(con, engine, having)
+    finally:
+        engine.close()
+    assert again.num_rows > 0
+    records = _records(path)
+    assert [d for (d,) in records["audit"]] == ["refused", "accepted"]
+    assert records["cells"] and {rank for *_, rank in records["cells"]} == {1}  # one query's:
+    assert records["ledger"] and {rank for rank, *_ in records["ledger"]} == {1}  # the answer's
+
+
+def test_the_hidden_cells_count_is_interrupted_at_the_time_left():
+    """The count Spark's statements run on the DuckDB file stops at what is left of the
+    statement's timeout (0.2 s here), as the engine's timeout stops it on DuckDB."""
+    import time
+
+    import sqlsdc.guard.spark as guarded
+
+    class Left:  # a connection with 0.2 s left of its statement's timeout
+        def _time_left(self) -> float:
+            return 0.2
+
+    con = duckdb.connect()
+    started = time.monotonic()
+    with pytest.raises(duckdb.InterruptException):
+        guarded._count(con, Left(), "SELECT COUNT(*) FROM range(10000000000) a(i) WHERE i % 7 = 3")
+    assert time.monotonic() - started < 10
+    con.close()

@@ -442,25 +442,24 @@ def retire_cells(con, table: str) -> int:
     periods: their entries and hashes are renamed with a salt of this call, so that no later
     look-up finds them and a limit of all users counts the next release apart. Returns the
     entries retired. Why: re-asked after a rekey, 80 of 93 counts of a statement came back
-    with new noise, free as cells released before (red team s50d)."""
+    with new noise, free as cells released before (red team s50d). Set-based, in the caller's
+    transaction: the renamed copies inserted, then the rows they copy deleted (the rows went
+    through Python, every allowance row of the table: review of s50d)."""
     salt = os.urandom(16).hex()
-    retired = (
-        f"SELECT sha256(entry || '{_SEP}' || $2) AS entry, user_name, table_name, "
-        f"sha256(cell_hash || '{_SEP}' || $2) AS cell_hash, cells, released_at, query_id "
-        f"FROM {S}.{TABLE} WHERE table_name = $1 AND cell_hash IS NOT NULL"
-    )
-    rows = con.execute(retired, [table.lower(), salt]).fetchall()
-    if not rows:
-        return 0
-    con.execute(
-        f"DELETE FROM {S}.{TABLE} WHERE table_name = $1 AND cell_hash IS NOT NULL",
-        [table.lower()],
-    )
-    columns = list(zip(*rows, strict=True))
-    con.execute(
-        f"INSERT INTO {S}.{TABLE} SELECT * FROM (SELECT unnest($1::VARCHAR[]), "
-        "unnest($2::VARCHAR[]), unnest($3::VARCHAR[]), unnest($4::VARCHAR[]), "
-        "unnest($5::BIGINT[]), unnest($6::TIMESTAMP[]), unnest($7::BIGINT[]))",
-        [list(c) for c in columns],
-    )
-    return len(rows)
+    ours = "table_name = $1 AND cell_hash IS NOT NULL"
+    (added,) = con.execute(
+        f"INSERT INTO {S}.{TABLE} SELECT sha256(entry || '{_SEP}' || $2), user_name, "
+        f"table_name, sha256(cell_hash || '{_SEP}' || $2), cells, released_at, query_id "
+        f"FROM {S}.{TABLE} WHERE {ours}",
+        [table.lower(), salt],
+    ).fetchone()
+    # the rows renamed above: those whose renamed entry is now in the table (a renamed row's
+    # own renaming is not, unless sha256 collides)
+    (removed,) = con.execute(
+        f"DELETE FROM {S}.{TABLE} WHERE {ours} AND sha256(entry || '{_SEP}' || $2) IN "
+        f"(SELECT entry FROM {S}.{TABLE} WHERE {ours})",
+        [table.lower(), salt],
+    ).fetchone()
+    if removed != added:  # never: the caller's transaction is rolled back, nothing retired
+        raise RuntimeError(f"retiring {table}'s cells renamed {added} entries, removed {removed}")
+    return added

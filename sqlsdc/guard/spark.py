@@ -61,11 +61,13 @@ from sqlsdc.errors import (
     NotSupportedError,
     OperationalError,
     ProgrammingError,
+    QueryCanceled,
 )
 from sqlsdc.guard import statement_rate
 from sqlsdc.guard.audited_parameters import audited_text, snapshot
 from sqlsdc.guard.connection import MAX_ANSWER_BYTES, MAX_ANSWER_ROWS
 from sqlsdc.guard.dp_pricing import no_rows
+from sqlsdc.guard.engine_failures import engine_failure
 from sqlsdc.guard.hidden_cells import hidden_cells
 from sqlsdc.guard.postprocess import check_faults, record_release, values_of, without_dictionaries
 from sqlsdc.guard.summable import check_summable
@@ -178,7 +180,7 @@ def _record(connection: Connection, con, engine: SparkEngine, query, query_id: i
         connection._cache_cells(noisy, paid, query_id)
         record_release(con, result, query, query_id, user)
         hidden = partial(hidden_cells, con, query.tree, connection._context.to_sql,
-                         partial(run_sql, con), result.num_rows)  # fmt: skip
+                         partial(_count, con, connection), result.num_rows)  # fmt: skip
         cell_limits.charge_cells(con, connection.policy, user=user, tables=query.tables,
                                  query_id=query_id, fingerprint=query.fingerprint,
                                  at=store.now(), versions=partial(_version, engine, query_id),
@@ -190,6 +192,9 @@ def _record(connection: Connection, con, engine: SparkEngine, query, query_id: i
     except EngineError as failure:  # the catalog write failed (or conflicted): nothing returned
         rollback(con)
         audit("failed", failure)
+        stopped = engine_failure(failure, query_id)
+        if isinstance(stopped, QueryCanceled):  # the hidden cells' count ran out of time
+            raise stopped from None
         raise OperationalError(
             f"could not record query {query_id}; nothing was returned; run it again (the "
             "engine's message is in the audit log)"
@@ -204,6 +209,14 @@ def _record(connection: Connection, con, engine: SparkEngine, query, query_id: i
         rollback(con)
         raise
     return values
+
+
+def _count(con, connection: Connection, sql: str) -> pa.Table:
+    """Run the hidden cells' count ``sql`` on the DuckDB file within what is left of the
+    statement's timeout, as the DuckDB path runs it (:meth:`Connection._time_left`): it ran
+    unbounded, for every HAVING, LIMIT and outer query (review of s50h). A statement out of
+    time is stopped (``QueryCanceled``) before its answer is recorded: nothing released."""
+    return run_sql(con, sql, timeout=connection._time_left())
 
 
 def _duckdb_types(con, sql: str, noisy) -> pa.Schema:
