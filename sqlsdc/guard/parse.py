@@ -21,6 +21,7 @@ from sqlglot.tokens import TokenType
 from sqlsdc.engines.trees import nodes, of_kind
 from sqlsdc.errors import PolicyViolation, ProgrammingError, SqlSyntaxError
 from sqlsdc.guard.list_parameters import any_as_in, array_cast, is_any_operand, is_list, listed
+from sqlsdc.guard.unbound import UNBOUND, unbound_null
 from sqlsdc.planner.connectors import balance_connectors, depth
 from sqlsdc.policy.model import DEFAULT_MAX_STATEMENT_CHARACTERS
 from sqlsdc.written import remember_names
@@ -359,6 +360,8 @@ def literal(value) -> exp.Expr:
     """A sqlglot literal for a Python parameter value."""
     if value is None:
         return exp.null()
+    if value is UNBOUND:  # a statement described before its values are sent
+        return unbound_null()
     if isinstance(value, bool):
         return exp.Boolean(this=value)
     value = _built_in(value)

@@ -30,6 +30,10 @@ _COMPARED = (*COMPARISONS, exp.Between, exp.In)
 CLASSED_ROLES = {ColumnRole.MEASURE, ColumnRole.WEIGHT}
 MANTISSAS = (1, 2, 5)
 DEFAULT_RANGE = (0.0, 1e15)
+UNBOUND_META = "sqlsdc_unbound"
+"""Marks the NULL a parameter not sent yet is bound as, while a statement is described
+(:mod:`sqlsdc.guard.unbound`): taken for a break, as its value is not known; the Execute is
+checked again with the value bound."""
 
 
 def class_breaks(column: Column) -> tuple[float, ...]:
@@ -192,6 +196,8 @@ def _inside_aggregate(node: exp.Expr, stop: exp.Expr) -> bool:
 
 def _is_break(operand: exp.Expr, breaks: tuple[float, ...]) -> bool:
     operand = _unparen(operand)
+    if isinstance(operand, exp.Null) and operand.meta.get(UNBOUND_META):
+        return True
     negative = isinstance(operand, exp.Neg)
     literal = operand.this if negative else operand
     if not isinstance(literal, exp.Literal) or literal.is_string:
