@@ -63,6 +63,18 @@ def test_asyncpg_measure_condition_at_a_parameter_is_answered_at_a_break(server)
     assert "employees > 49" in str(off_break)  # judged at the value bound, not at NULL
 
 
+def test_a_measure_condition_is_audited_as_the_execute_decides_it(server):
+    """Describing no longer refuses (and audits) the statement at NULL: the statement bound
+    at a break is audited as answered, the one bound off the breaks once as refused."""
+    from tests.server.test_refusal_audit import _audited
+
+    at, off = "-- s50m audit at a break", "-- s50m audit off the breaks"
+    _asyncpg(server, [(f"{ABOVE.format('$1')} {at}", 50), (f"{ABOVE.format('$1')} {off}", 49)])
+    # the parameters are audited after the text (-- parameters: 50)
+    assert _audited(server.db, f"{at}%") == [("analyst", "accepted")]
+    assert _audited(server.db, f"{off}%") == [("analyst", "refused")]
+
+
 def test_asyncpg_measure_in_a_list_parameter_is_answered_at_breaks(server):
     listed, refused = _asyncpg(server, [
         ("SELECT COUNT(*) AS n FROM enterprises WHERE employees = ANY($1)", [10, 50]),
