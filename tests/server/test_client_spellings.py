@@ -98,6 +98,18 @@ def test_pg8000_measure_condition_at_a_parameter_is_answered_at_a_break(server):
     assert bound == written and int(written[0]) > 0
 
 
+def test_psycopg_prepared_measure_condition_is_answered_at_a_break(server):
+    """psycopg's ``prepare=True`` describes the portal, once bound: answered on int50 too,
+    kept so that the prepared path judges the bound value as the others do."""
+    psycopg = pytest.importorskip("psycopg")
+    with psycopg.connect(server.dsn(), autocommit=True) as con:
+        bound = con.execute(ABOVE.format("%s"), [50], prepare=True).fetchall()
+        written = con.execute(ABOVE.format("50")).fetchall()
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="employees > 49"):
+            con.execute(ABOVE.format("%s"), [49], prepare=True)
+    assert bound == written and written[0][0] > 0
+
+
 def test_describe_judges_no_value_it_does_not_have_and_execute_judges_the_bound_one(analyst):
     """An unbound parameter is not judged by the class breaks; a NULL given as the value,
     a shape refused whatever the value, and the value bound at execution are."""
