@@ -421,10 +421,9 @@ def _first_select(tree: exp.Expr) -> exp.Select:
 
 
 def _check_names(names: list[str], sql: str) -> None:
-    """Refuse an output column whose name holds the NUL character: DuckDB's Python client
-    cut the name at it (``"a\\x00b"`` was described as ``a``), and the PostgreSQL protocol
-    ends a column's name there, so the server's row description broke the client's
-    connection ("truncated message"). PostgreSQL has no text with NUL either."""
+    """Refuse an output column whose name holds the NUL character: a cursor's description
+    cut the name at it (``"a\\x00b"`` was described as ``a``), and PostgreSQL, whose
+    protocol ends every text at a NUL, has no such name either."""
     for name in names:
         if "\x00" in name:
             raise PolicyViolation(
