@@ -11,21 +11,21 @@ could not run the statement whatever value they would have bound (s50j's leftove
 (:func:`sqlsdc.planner.breaks.check_classed_comparisons`) takes for a break, since the value
 is not known yet. Nothing is read when a statement is described, and its Execute is checked
 again with the values the client binds then; outside :func:`describing` an UNBOUND parameter
-is refused, so no statement runs with one.
+is refused, so no statement runs with one. The mark counts only while describing (an analyst
+can write it: ``NULL /* sqlglot.meta sqlsdc_unbound */``), and no check made while describing
+is kept in the check cache, so an Execute never reuses one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 
 from sqlglot import exp
 
 from sqlsdc.errors import ProgrammingError
+from sqlsdc.planner.breaks import DESCRIBING as _describing
 from sqlsdc.planner.breaks import UNBOUND_META as META
-
-_describing: ContextVar[bool] = ContextVar("sqlsdc_describing", default=False)
 
 
 class Unbound:
@@ -36,6 +36,11 @@ class Unbound:
 
 
 UNBOUND = Unbound()
+
+
+def is_describing() -> bool:
+    """Whether a statement is being described (:func:`describing`)."""
+    return _describing.get()
 
 
 @contextmanager

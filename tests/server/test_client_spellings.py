@@ -131,6 +131,19 @@ def test_describe_judges_no_value_it_does_not_have_and_execute_judges_the_bound_
             analyst.execute(ABOVE.format("?"), [UNBOUND])
 
 
+@pytest.mark.parametrize("described_first", [False, True])
+def test_an_analysts_mark_on_a_null_is_no_break(analyst, described_first):
+    """sqlglot reads ``/* sqlglot.meta sqlsdc_unbound */`` as the mark of a parameter not
+    sent yet on the NULL before it: it ran ``employees > NULL`` as if at a break (no row, but
+    past the check). Outside a describe the mark counts for nothing, and a describe's check
+    (which takes it) is never kept for an Execute."""
+    sql = ABOVE.format("NULL /* sqlglot.meta sqlsdc_unbound */")
+    if described_first:
+        analyst.describe(sql)  # nothing runs: the mark is taken for a break here
+    with pytest.raises(PolicyViolation, match="class break"):
+        analyst.execute(sql)
+
+
 @pytest.mark.parametrize(
     ("spelling", "expected"),
     [
