@@ -24,6 +24,7 @@ from sqlsdc.guard.context import TIME_LEFT
 from sqlsdc.guard.engine_failures import timeout_error
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
 from sqlsdc.guard.statement import UNCACHEABLE, parameters_key
+from sqlsdc.guard.unbound import is_describing
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class Checking:
         frozen = parameters_key(params)
         token = TIME_LEFT.set(time_left)
         try:
-            if frozen is UNCACHEABLE:
+            if frozen is UNCACHEABLE or is_describing():  # a describe's check is never kept
                 return protect(sql, params, context, time_left)
             return checked(sql, params, frozen, context, time_left, self.user)
         finally:

@@ -63,6 +63,7 @@ from sqlsdc.guard.postprocess import check_faults, record_release, values_of
 from sqlsdc.guard.probes import answers_no_row
 from sqlsdc.guard.resolve import readable
 from sqlsdc.guard.statement import built_in_text, statement_text
+from sqlsdc.guard.unbound import describing
 from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.policy import Policy, UserRole
 
@@ -243,8 +244,10 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
     def describe(self, sql: str, parameters=None) -> tuple[ProtectedQuery, pa.Schema | None]:
         """:meth:`explain`'s protected query and the types of its answer's columns, from
         binding its SQL without running it (None where binding cannot tell them:
-        :mod:`~sqlsdc.guard.described`)."""
-        query = self.explain(sql, parameters)
+        :mod:`~sqlsdc.guard.described`). A parameter may be :data:`~sqlsdc.guard.unbound.UNBOUND`,
+        a value not sent yet: a condition on a measure at it is not judged (its Execute is)."""
+        with describing():
+            query = self.explain(sql, parameters)
         with self._holding() as con:
             return query, answer_schema(con, query)
 

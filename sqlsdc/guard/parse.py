@@ -21,11 +21,13 @@ from sqlglot.tokens import TokenType
 from sqlsdc.engines.trees import nodes, of_kind
 from sqlsdc.errors import PolicyViolation, ProgrammingError, SqlSyntaxError
 from sqlsdc.guard.list_parameters import any_as_in, array_cast, is_any_operand, is_list, listed
+from sqlsdc.guard.unbound import UNBOUND, unbound_null
 from sqlsdc.planner.connectors import balance_connectors, depth
 from sqlsdc.policy.model import DEFAULT_MAX_STATEMENT_CHARACTERS
 from sqlsdc.written import remember_names
 
 DIALECT = "duckdb"
+SQLGLOT_META = exp.SQLGLOT_META  # a comment that sets marks on nodes (_check_marks)
 MAX_DEPTH = 150  # tree levels after balancing AND/OR chains; real queries stay far below
 MAX_SELECTS = 128  # SELECT blocks of one statement (CTEs, subqueries, set operations' branches)
 logging.getLogger("sqlglot").setLevel(logging.ERROR)  # its fallback warnings are not for users
@@ -93,10 +95,29 @@ def parse_statement(
             sql,
         )
     parsed = nodes(tree)  # one walk for the clause check and the chains to balance
+    if SQLGLOT_META in text:
+        _check_marks(parsed, sql)
     remember_names(parsed, text)  # refusals name functions as the statement wrote them
     _check_clauses(parsed, sql)
     _check_selects(parsed, sql)
     return _check_depth(balance_connectors(tree, parsed), sql, walked)
+
+
+def _check_marks(parsed: list[exp.Expr], sql: str) -> None:
+    """Refuse a comment holding ``sqlglot.meta``: sqlglot reads ``x /* sqlglot.meta k=v */``
+    as the mark ``k`` on the node before it, and the checks read their own marks there (a
+    parameter not sent yet, a column read from a table, a constant the engine typed, the
+    units a COUNT counts). Written by an analyst, ``NULL /* sqlglot.meta sqlsdc_unbound */``
+    passed the class-break check and ``COUNT(*) /* sqlglot.meta sqlsdc_counted_units=a */``
+    failed as a bug in sqlsdc (red team s50m)."""
+    for node in parsed:
+        if any(SQLGLOT_META in comment for comment in node.comments or ()):
+            raise PolicyViolation(
+                f"a comment holding {SQLGLOT_META!r} is not allowed (sqlglot reads it as marks "
+                "on the query that its checks read)",
+                "remove the comment",
+                sql,
+            )
 
 
 def _unparenthesized(tree: exp.Expr, sql: str) -> exp.Expr:
@@ -359,6 +380,8 @@ def literal(value) -> exp.Expr:
     """A sqlglot literal for a Python parameter value."""
     if value is None:
         return exp.null()
+    if value is UNBOUND:  # a statement described before its values are sent
+        return unbound_null()
     if isinstance(value, bool):
         return exp.Boolean(this=value)
     value = _built_in(value)

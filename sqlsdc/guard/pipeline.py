@@ -28,6 +28,7 @@ from sqlsdc.guard.parse import (
     parse_statement,
     too_complex,
 )
+from sqlsdc.guard.pg_types import built_in_types
 from sqlsdc.guard.positioned_subqueries import name_positioned_subqueries
 from sqlsdc.guard.resolve import check_tables, qualify_tree
 from sqlsdc.guard.validate import validate_release
@@ -281,6 +282,8 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     tree = bind_parameters(parsed, params, sql, context.policy.max_statement_characters)
     if tree is not parsed:  # parameters bound into a copy
         walked = nodes(tree)
+    if built_in_types(walked):  # CAST(x AS pg_catalog.int4), as PostgreSQL clients write
+        walked = nodes(tree)
     if arrays_as_in(walked):  # x = ANY(ARRAY['a', 'b']), as psycopg2 writes a list
         walked = nodes(tree)
     if fold_limit_casts(walked):  # LIMIT CAST(3 AS INT), as SQLAlchemy binds .limit(3)
@@ -312,6 +315,7 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     qualified_names = [p.alias_or_name for p in _first_select(tree).expressions]
     if starred or len(qualified_names) != len(names):  # a * was expanded: into one column,
         names = qualified_names  # SELECT * FROM (SELECT COUNT(*) AS n ...) t named it "*"
+    _check_names(names, sql)
     in_time()
     analysis = analyze(
         tree,
@@ -414,6 +418,19 @@ def _first_select(tree: exp.Expr) -> exp.Select:
     while isinstance(tree, (exp.Union, exp.Intersect, exp.Except, exp.Subquery)):
         tree = tree.this
     return tree
+
+
+def _check_names(names: list[str], sql: str) -> None:
+    """Refuse an output column whose name holds the NUL character: a cursor's description
+    cut the name at it (``"a\\x00b"`` was described as ``a``), and PostgreSQL, whose
+    protocol ends every text at a NUL, has no such name either."""
+    for name in names:
+        if "\x00" in name:
+            raise PolicyViolation(
+                f"the output column name {name!r} contains the NUL character (\\x00)",
+                "name the column without it: expression AS name",
+                sql,
+            )
 
 
 def _rename_outputs(tree: exp.Expr, names: list[str]) -> exp.Expr:

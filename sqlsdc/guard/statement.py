@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from sqlsdc.errors import ProgrammingError
 from sqlsdc.guard.list_parameters import LIST_TYPES
+from sqlsdc.guard.unbound import Unbound
 
 
 def statement_text(sql) -> str:
@@ -70,4 +71,6 @@ def _frozen_value(value) -> tuple:
     an int subclass spelled ``1`` and bound as 2 shared the key of ``[1]``."""
     if type(value) in LIST_TYPES:
         return (type(value), tuple(_frozen_value(v) for v in value))
+    if type(value) is Unbound:  # a described statement's check is never kept: not a key
+        raise TypeError("a parameter not sent yet is no key of the check cache")
     return (type(value), repr(value))

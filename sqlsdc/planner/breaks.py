@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 
 from sqlglot import exp
 
@@ -30,6 +31,14 @@ _COMPARED = (*COMPARISONS, exp.Between, exp.In)
 CLASSED_ROLES = {ColumnRole.MEASURE, ColumnRole.WEIGHT}
 MANTISSAS = (1, 2, 5)
 DEFAULT_RANGE = (0.0, 1e15)
+UNBOUND_META = "sqlsdc_unbound"
+"""Marks the NULL a parameter not sent yet is bound as, while a statement is described
+(:mod:`sqlsdc.guard.unbound`): taken for a break, as its value is not known; the Execute is
+checked again with the value bound."""
+DESCRIBING: ContextVar[bool] = ContextVar("sqlsdc_describing", default=False)
+"""Set while a statement is described: only then is a marked NULL taken for a break. An
+analyst can mark a NULL too (sqlglot reads ``NULL /* sqlglot.meta sqlsdc_unbound */`` as
+one), so outside a describe the mark is ignored (s50m)."""
 
 
 def class_breaks(column: Column) -> tuple[float, ...]:
@@ -192,6 +201,8 @@ def _inside_aggregate(node: exp.Expr, stop: exp.Expr) -> bool:
 
 def _is_break(operand: exp.Expr, breaks: tuple[float, ...]) -> bool:
     operand = _unparen(operand)
+    if isinstance(operand, exp.Null) and operand.meta.get(UNBOUND_META) and DESCRIBING.get():
+        return True
     negative = isinstance(operand, exp.Neg)
     literal = operand.this if negative else operand
     if not isinstance(literal, exp.Literal) or literal.is_string:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from sqlsdc.errors import Error
+from sqlsdc.guard.unbound import UNBOUND
 from sqlsdc.server import arrays, codec, cursors, types
 from sqlsdc.server.colnames import postgres_names
 from sqlsdc.server.limits import INLINE_TEXT, MAX_PREPARED, MAX_PREPARED_BYTES
@@ -197,8 +198,9 @@ class ExtendedProtocol:
             if answer is not None:
                 return [] if answer.table is None else named(statement.sql, answer).table.schema
             sql = unqualified(statement.sql, database_name(self.connection))
+            unbound = tuple(UNBOUND if v is None else [UNBOUND] for v in nulls)  # not sent yet
             try:
-                query, schema = self.connection.describe(sql, nulls)
+                query, schema = self.connection.describe(sql, unbound)
             except Error as refusal:  # explain audits nothing: audited here, as execute would
                 self.connection.audit_refusal(sql, refusal)
                 raise

@@ -33,6 +33,12 @@ _CAST = re.compile(
 """``$n::type`` and ``CAST($n AS type)``, ``type[]`` an array of it (a list for ``= ANY``);
 the type may be qualified ``pg_catalog.int4``, as asyncpg writes it (its ``copy_from_query``
 with arguments: :mod:`sqlsdc.server.quoted_literals`)."""
+_QUOTED_TYPE = re.compile(
+    r'(?:"pg_catalog"|pg_catalog)\s*\.\s*"([a-z0-9_]+)"|"pg_catalog"\s*\.\s*([a-z0-9_]+)', re.I
+)
+"""A type qualified with a quoted schema or name, ``"pg_catalog"."int4"`` (as JDBC tools and
+asyncpg write it), read as ``pg_catalog.int4`` by :data:`_CAST` (the quoted names are blanked
+with the other quoted names otherwise, and the parameter was typed text)."""
 _ANY = re.compile(r"=\s*+any\s*+\(\s*+\$(\d{1,5})\s*+\)", re.I)
 """``= ANY($n)``: an untyped ``$n`` there is an array of the compared column's type, as
 PostgreSQL infers it (:mod:`sqlsdc.server.list_types`), else of text, as psycopg sends a list
@@ -57,7 +63,7 @@ def untyped_parameters(sql: str, given: tuple[int, ...]) -> set[int]:
     client, nor a cast, nor ``= ANY($n)`` (where they stand may tell their type:
     :func:`sqlsdc.server.list_types.scalar_types`)."""
     kinds, lists = typed_parameters(sql, given)
-    code = _NOT_CODE.sub(" ", sql)
+    code = _NOT_CODE.sub(" ", _unquoted_types(sql))
     cast = {int(m.group(1) or m.group(4)) for m in _CAST.finditer(code)}
     return {
         i + 1
@@ -72,7 +78,7 @@ def typed_parameters(sql: str, given: tuple[int, ...]) -> tuple[tuple[int, ...],
     cast = {}
     if is_quoting(sql):  # asyncpg's: its types are quoted names, blanked below
         cast = {n: types.NAMES.get(name, types.TEXT) for n, name in quoting_types(sql).items()}
-    sql = _NOT_CODE.sub(" ", sql)  # WHERE code <> '$2' takes no parameter
+    sql = _NOT_CODE.sub(" ", _unquoted_types(sql))  # WHERE code <> '$2' takes no parameter
     count = max([len(given), *(int(n) for n in _PARAMETER.findall(sql))])
     if count > MAX_PARAMETERS:
         raise ValueError(f"{count} parameters")
@@ -91,3 +97,12 @@ def typed_parameters(sql: str, given: tuple[int, ...]) -> tuple[tuple[int, ...],
         for i in range(count)
     )
     return kinds, lists
+
+
+def _unquoted_types(sql: str) -> str:
+    """``sql`` with each ``"pg_catalog"."t"`` (and ``pg_catalog."t"``, ``"pg_catalog".t``)
+    written ``pg_catalog.t``, for :data:`_CAST` (a text to read the parameters' types from,
+    never the statement the guard checks)."""
+    if "pg_catalog" not in sql.lower():
+        return sql
+    return _QUOTED_TYPE.sub(lambda m: f"pg_catalog.{m.group(1) or m.group(2)}", sql)
