@@ -61,7 +61,9 @@ def parse_statement(
         )
     try:
         text = number_placeholders(sql)  # tokenized: a TokenError is a syntax error too
-        statements = [s for s in sqlglot.parse(text, read=DIALECT) if s]
+        dialect = sqlglot.Dialect.get_or_raise(DIALECT)
+        tokens = dialect.tokenize(text)  # kept: every comment, as _check_marks reads them
+        statements = [s for s in dialect.parser().parse(tokens, text) if s]
     except RecursionError:
         raise too_complex(sql) from None
     except (ParseError, TokenError) as e:
@@ -96,28 +98,24 @@ def parse_statement(
         )
     parsed = nodes(tree)  # one walk for the clause check and the chains to balance
     if SQLGLOT_META in text:
-        _check_marks(parsed, text, sql)
+        _check_marks(tokens, sql)
     remember_names(parsed, text)  # refusals name functions as the statement wrote them
     _check_clauses(parsed, sql)
     _check_selects(parsed, sql)
     return _check_depth(balance_connectors(tree, parsed), sql, walked)
 
 
-def _check_marks(parsed: list[exp.Expr], text: str, sql: str) -> None:
+def _check_marks(tokens: list, sql: str) -> None:
     """Refuse a comment holding ``sqlglot.meta``: sqlglot reads ``x /* sqlglot.meta k=v */``
     as the mark ``k`` on the node before it, and the checks read their own marks there (a
     parameter not sent yet, a column read from a table, a constant the engine typed, the
     units a COUNT counts). Written by an analyst, ``NULL /* sqlglot.meta sqlsdc_unbound */``
     passed the class-break check and ``COUNT(*) /* sqlglot.meta sqlsdc_counted_units=a */``
-    failed as a bug in sqlsdc (red team s50m). Every comment of the text is read, as the
-    tokenizer kept it, not only those left on the tree: the parser sets the marks before it
-    drops some comments (``COUNT(*) FILTER (WHERE c) /* sqlglot.meta k */ FROM t`` marked the
-    SELECT with ``k`` and left the comment on no node: red team s50n)."""
-    comments = [c for node in parsed for c in node.comments or ()]
-    if not any(SQLGLOT_META in comment for comment in comments):
-        tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(text)
-        comments = [c for token in tokens for c in token.comments]
-    if any(SQLGLOT_META in comment for comment in comments):
+    failed as a bug in sqlsdc (red team s50m). Every comment of the text's ``tokens`` is read,
+    not only those left on the tree: the parser sets the marks before it drops some comments
+    (``COUNT(*) FILTER (WHERE c) /* sqlglot.meta k */ FROM t`` marked the SELECT with ``k``
+    and left the comment on no node: red team s50n)."""
+    if any(SQLGLOT_META in comment for token in tokens for comment in token.comments):
         raise PolicyViolation(
             f"a comment holding {SQLGLOT_META!r} is not allowed (sqlglot reads it as marks "
             "on the query that its checks read)",
