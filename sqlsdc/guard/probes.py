@@ -35,9 +35,10 @@ def answers_no_row(tree: exp.Expr | None) -> bool:
     where = tree.args.get("where")
     if where is None or tree.args.get("group") or tree.args.get("having"):
         return False
-    if any(e.find(exp.AggFunc, exp.Window) for e in tree.expressions):
-        return False  # an aggregate without GROUP BY answers one row over no row
-    return _false(where.this)
+    if not _false(where.this):  # first: it stops at the condition's first column
+        return False
+    # an aggregate without GROUP BY answers one row over no row
+    return not any(e.find(exp.AggFunc, exp.Window) for e in tree.expressions)
 
 
 def _false(condition: exp.Expr) -> bool:
