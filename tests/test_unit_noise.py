@@ -204,7 +204,7 @@ def test_a_jobs_sums_carry_the_same_factors(ckm, raw_ckm):
     assert cells.keys() == expected.keys() and len(cells) >= 5
     for nace, value in cells.items():
         assert value == pytest.approx(expected[nace], rel=1e-9)
-        assert value != pytest.approx(stored[nace], rel=1e-4)
+        assert value != pytest.approx(stored[nace], rel=1e-9)  # noise may land within 1e-4
     counted = parse_job("SELECT nace, COUNT(*) FROM enterprises GROUP BY nace", policy)
     assert counted.rows and counted.unit_noise is None
 
